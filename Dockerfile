@@ -1,0 +1,18 @@
+# Beam SDK worker image with tokenfactory installed: use it as the custom container on
+# Dataflow (--sdk_container_image), Flink and Spark portable runners
+# (--environment_type=DOCKER --environment_config=IMAGE).
+FROM apache/beam_python3.11_sdk:2.77.0
+
+WORKDIR /opt/tokenfactory
+# The CPU build of torch (workers do not need CUDA for this pipeline).
+RUN pip install --no-cache-dir --index-url https://download.pytorch.org/whl/cpu torch==2.13.0
+COPY pyproject.toml README.md ./
+COPY pipelines ./pipelines
+COPY transforms ./transforms
+COPY models ./models
+COPY storage ./storage
+COPY configs ./configs
+RUN pip install --no-cache-dir . && python -c "import pipelines.run, transforms.extract.html"
+
+# The SDK harness entry point of the base image stays in charge.
+ENTRYPOINT ["/opt/apache/beam/boot"]

@@ -1,0 +1,256 @@
+"""Job configuration: YAML → frozen, typed, validated dataclasses.
+
+Everything is checked before a pipeline starts: an unknown key, a value of the wrong
+type, a value out of range, an input pattern that matches no file and a missing seeds
+file each raise one ``ConfigError`` that names the file and the key, e.g.
+``configs/demo.yaml: crawl.min_delay_s: expected a number, got 'fast'``.
+
+Relative paths are resolved against the working directory (run jobs from the project
+root, as ``make run`` does).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Optional, Union
+
+import yaml
+
+from transforms.crawl.crawler import CrawlConfig
+from transforms.crawl.fetcher import FetchPolicy
+from transforms.extract.extract import ExtractConfig
+from transforms.readers.tabular import TextFields
+
+STAGES = ("crawl", "extract")
+INPUT_FORMATS = ("warc", "wet", "arc", "jsonl", "parquet")
+
+
+class ConfigError(ValueError):
+    """A configuration problem, with the file and key it concerns."""
+
+
+@dataclass(frozen=True)
+class InputConfig:
+    """One input: a path, URL or glob (local, https://, s3://) and its format."""
+
+    format: str
+    path: str
+    text_field: str = "text"
+    id_field: str = "id"
+    url_field: str = "url"
+    fetched_at_field: str = "fetched_at"
+    lang_field: str = "lang"
+
+    def __post_init__(self) -> None:
+        if self.format not in INPUT_FORMATS:
+            raise ValueError(f"format must be one of {list(INPUT_FORMATS)}, got {self.format!r}")
+        if not self.path.strip():
+            raise ValueError("path must not be empty")
+
+    def fields(self) -> TextFields:
+        return TextFields(text=self.text_field, id=self.id_field, url=self.url_field,
+                          fetched_at=self.fetched_at_field, lang=self.lang_field)
+
+
+@dataclass(frozen=True)
+class CrawlSection:
+    """The ``crawl:`` section (flat in YAML; see ``CrawlConfig`` and ``FetchPolicy``)."""
+
+    seeds: tuple[str, ...] = ()
+    seeds_file: str = ""
+    user_agent: str = FetchPolicy.user_agent
+    min_delay_s: float = FetchPolicy.min_delay_s
+    timeout_s: float = FetchPolicy.timeout_s
+    max_retries: int = FetchPolicy.max_retries
+    backoff_s: float = FetchPolicy.backoff_s
+    max_backoff_s: float = FetchPolicy.max_backoff_s
+    max_bytes: int = FetchPolicy.max_bytes
+    allowed_content_types: tuple[str, ...] = FetchPolicy.allowed_content_types
+    max_redirects: int = CrawlConfig.max_redirects
+    max_pages_per_host: int = CrawlConfig.max_pages_per_host
+    max_depth: int = CrawlConfig.max_depth
+    respect_robots: bool = CrawlConfig.respect_robots
+    allow_patterns: tuple[str, ...] = ()
+    deny_patterns: tuple[str, ...] = ()
+    warc_max_bytes: int = CrawlConfig.warc_max_bytes
+
+    def __post_init__(self) -> None:
+        if not self.seeds and not self.seeds_file:
+            raise ValueError("needs seeds or seeds_file")
+        self.to_crawl_config()  # validates the values
+
+    def policy(self) -> FetchPolicy:
+        return FetchPolicy(
+            user_agent=self.user_agent, timeout_s=self.timeout_s, min_delay_s=self.min_delay_s,
+            max_retries=self.max_retries, backoff_s=self.backoff_s,
+            max_backoff_s=self.max_backoff_s, max_bytes=self.max_bytes,
+            allowed_content_types=self.allowed_content_types,
+        )
+
+    def to_crawl_config(self, seeds: tuple[str, ...] = ()) -> CrawlConfig:
+        return CrawlConfig(
+            seeds=seeds or self.seeds, policy=self.policy(), max_redirects=self.max_redirects,
+            max_pages_per_host=self.max_pages_per_host, max_depth=self.max_depth,
+            respect_robots=self.respect_robots, allow_patterns=self.allow_patterns,
+            deny_patterns=self.deny_patterns, warc_max_bytes=self.warc_max_bytes,
+        )
+
+
+@dataclass(frozen=True)
+class ReadSection:
+    """Reader limits."""
+
+    max_payload_bytes: int = 10 * 1024 * 1024
+    max_failed_raw_bytes: int = 16 * 1024 * 1024
+
+    def __post_init__(self) -> None:
+        if self.max_payload_bytes <= 0 or self.max_failed_raw_bytes <= 0:
+            raise ValueError("sizes must be > 0")
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    """A whole job. ``beam_args`` are default pipeline options (the command line wins)."""
+
+    output: str
+    stages: tuple[str, ...] = ()  # empty: every stage the config has a section for
+    inputs: tuple[InputConfig, ...] = ()
+    crawl: Optional[CrawlSection] = None
+    read: ReadSection = ReadSection()
+    extract: ExtractConfig = ExtractConfig()
+    beam_args: tuple[str, ...] = ()
+    source_file: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.output.strip():
+            raise ValueError("output must not be empty")
+        unknown = [s for s in self.stages if s not in STAGES]
+        if unknown:
+            raise ValueError(f"unknown stages {unknown}; known: {list(STAGES)}")
+        if "crawl" in self.stages and self.crawl is None:
+            raise ValueError("stage 'crawl' needs a crawl: section")
+        if not self.inputs and self.crawl is None:
+            raise ValueError("needs inputs: or a crawl: section")
+
+    def active_stages(self) -> tuple[str, ...]:
+        """The stages to run, in pipeline order."""
+        if self.stages:
+            return tuple(s for s in STAGES if s in self.stages)
+        return tuple(s for s in STAGES if s != "crawl" or self.crawl is not None)
+
+    def section_hash(self, *names: str) -> str:
+        """sha256 of the named sections: a stage's part of the resume fingerprint."""
+        payload = {name: _plain(getattr(self, name)) for name in names}
+        return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)
+                if f.compare}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _type_name(tp: Any) -> str:
+    names = {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}
+    return names.get(tp, getattr(tp, "__name__", str(tp)))
+
+
+def _convert(value: Any, tp: Any, key: str) -> Any:
+    """``value`` as type ``tp``, or ``ConfigError`` naming ``key``."""
+    origin = typing.get_origin(tp)
+    if origin in (Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return None if value is None else _convert(value, args[0], key)
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{key}: expected a list, got {value!r}")
+        item_type = typing.get_args(tp)[0]
+        return tuple(_convert(v, item_type, f"{key}[{i}]") for i, v in enumerate(value))
+    if dataclasses.is_dataclass(tp):
+        return from_mapping(tp, value, key)
+    if tp is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if tp is int and isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if tp in (bool, str) and isinstance(value, tp):
+        return value
+    raise ConfigError(f"{key}: expected {_type_name(tp)}, got {value!r}")
+
+
+def from_mapping(cls: type, data: Any, key: str = "") -> Any:
+    """A ``cls`` dataclass from a YAML mapping, checking keys, types and values."""
+    where = key or "top level"
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: expected a mapping, got {data!r}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init and f.compare}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise ConfigError(f"{key + '.' if key else ''}{unknown[0]}: unknown key "
+                          f"(allowed in {where}: {', '.join(sorted(fields))})")
+    kwargs = {}
+    for name, value in data.items():
+        kwargs[name] = _convert(value, hints[name], f"{key}.{name}" if key else name)
+    missing = [n for n, f in fields.items() if n not in kwargs
+               and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    if missing:
+        raise ConfigError(f"{key + '.' if key else ''}{missing[0]}: required key is missing")
+    try:
+        return cls(**kwargs)
+    except ValueError as exc:
+        if isinstance(exc, ConfigError):
+            raise
+        raise ConfigError(f"{where}: {exc}") from exc
+
+
+def load_config(path: str, output: Optional[str] = None,
+                stages: Optional[tuple[str, ...]] = None) -> JobConfig:
+    """The validated ``JobConfig`` of a YAML file, with command-line overrides."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = yaml.safe_load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: config file not found") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    data = dict(data or {}) if isinstance(data, dict) or data is None else data
+    if isinstance(data, dict):
+        if output:
+            data["output"] = output
+        if stages:
+            data["stages"] = list(stages)
+    try:
+        config = from_mapping(JobConfig, data)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    config = dataclasses.replace(config, source_file=path)
+    check_files(config)
+    return config
+
+
+def check_files(config: JobConfig) -> None:
+    """Every input pattern matches a file and the seeds file exists (remote ones too)."""
+    from transforms.readers.files import match_pattern
+
+    where = config.source_file
+    for i, spec in enumerate(config.inputs):
+        try:
+            refs = match_pattern(spec.path)
+        except Exception as exc:  # FileNotFoundError, PermissionError, network errors
+            raise ConfigError(f"{where}: inputs[{i}].path: cannot read {spec.path!r}: {exc}") from None
+        if not refs:
+            raise ConfigError(f"{where}: inputs[{i}].path: no file matches {spec.path!r}")
+    if config.crawl is not None and config.crawl.seeds_file:
+        try:
+            match_pattern(config.crawl.seeds_file)
+        except Exception as exc:
+            raise ConfigError(f"{where}: crawl.seeds_file: cannot read "
+                              f"{config.crawl.seeds_file!r}: {exc}") from None

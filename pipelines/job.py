@@ -1,0 +1,140 @@
+"""Running a job: stage by stage, skipping stages whose manifest matches (resume).
+
+For each stage: plan it (config hash + input fingerprint), skip it if its manifest
+matches and its outputs exist, else clear its old outputs, run its Beam pipeline,
+count what it wrote and write its manifest last.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import apache_beam as beam
+from apache_beam.metrics.metric import MetricsFilter
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from apache_beam.runners.runner import PipelineResult
+
+from pipelines.config import JobConfig
+from pipelines.stages import PLANNERS, StagePlan
+from storage.manifest import (
+    Manifest,
+    StageCounts,
+    clear_stage,
+    code_version,
+    list_files,
+    now_iso,
+    outputs_exist,
+    parquet_rows,
+    read_manifest,
+    stage_dirs,
+    write_manifest,
+)
+
+_LOGGER = logging.getLogger(__name__)
+
+DEFAULT_RUNNER = "FnApiRunner"
+
+
+@dataclass(frozen=True)
+class StageReport:
+    stage: str
+    counts: StageCounts
+    skipped: bool
+    seconds: float
+    outputs: tuple[str, ...]
+
+
+def pipeline_options(config: JobConfig, cli_args: Sequence[str]) -> PipelineOptions:
+    """Config defaults first, command line last (argparse keeps the last value)."""
+    args = list(config.beam_args) + list(cli_args)
+    if not any(a == "--runner" or a.startswith("--runner=") for a in args):
+        args.append(f"--runner={DEFAULT_RUNNER}")
+    return PipelineOptions(args)
+
+
+def metric_totals(result: PipelineResult, stage: str) -> Optional[dict[str, int]]:
+    """Counter totals of one stage's namespace, or None if the runner has no metrics."""
+    try:
+        counters = result.metrics().query(MetricsFilter().with_namespace(stage))["counters"]
+    except (NotImplementedError, AttributeError, KeyError) as exc:
+        _LOGGER.warning("runner reported no metrics for %s: %s", stage, exc)
+        return None
+    totals: dict[str, int] = {}
+    for counter in counters:
+        value = counter.committed if counter.committed is not None else counter.attempted
+        name = counter.key.metric.name
+        totals[name] = totals.get(name, 0) + int(value or 0)
+    return totals
+
+
+def _written_files(output: str, stage: str) -> dict[str, list[str]]:
+    docs, rejected, failed = stage_dirs(output, stage)[:3]
+    return {
+        "docs": list_files(docs, "*.parquet"),
+        "rejected": list_files(rejected, "*.parquet"),
+        "failed": list_files(failed, "*.parquet"),
+    }
+
+
+def collect_counts(output: str, plan: StagePlan, totals: Optional[dict[str, int]]) -> tuple[StageCounts, list[str]]:
+    """Counts from the files written (out, rejected, failed) and the metrics (in)."""
+    files = _written_files(output, plan.name)
+    metrics = totals or {}
+    out = parquet_rows(files["docs"]) if plan.writes_docs else metrics.get("records_out", 0)
+    rejected = parquet_rows(files["rejected"])
+    failed = parquet_rows(files["failed"])
+    records_in = metrics.get("records_in", out + rejected + failed)
+    by_reason = {k[len("rejected_"):]: v for k, v in sorted(metrics.items()) if k.startswith("rejected_")}
+    by_error = {k[len("failed_"):]: v for k, v in sorted(metrics.items()) if k.startswith("failed_")}
+    counts = StageCounts(records_in, out, rejected, failed, by_reason, by_error)
+    outputs = files["docs"] + files["rejected"] + files["failed"]
+    if plan.name == "crawl":
+        crawl_dir = stage_dirs(output, "crawl")[3]
+        for sub, pattern in (("warc", "*.warc.gz"), ("fetch_log", "*.parquet"), ("frontier", "*.txt")):
+            outputs += list_files(f"{crawl_dir}/{sub}", pattern)
+    return counts, outputs
+
+
+def run_stage(config: JobConfig, plan: StagePlan, options: PipelineOptions, force: bool) -> StageReport:
+    version = code_version()
+    previous = read_manifest(config.output, plan.name)
+    if (not force and previous is not None
+            and previous.matches(plan.config_hash, plan.fingerprint, version)
+            and outputs_exist(previous)):
+        _LOGGER.info("stage %s: manifest matches config and inputs, skipped", plan.name)
+        return StageReport(plan.name, previous.counts, True, 0.0, tuple(previous.outputs))
+    clear_stage(config.output, plan.name)
+    started, t0 = now_iso(), time.perf_counter()
+    _LOGGER.info("stage %s: running on %d inputs", plan.name, len(plan.inputs))
+    pipeline = beam.Pipeline(options=options)
+    plan.build(pipeline)
+    result = pipeline.run()
+    result.wait_until_finish()
+    counts, outputs = collect_counts(config.output, plan, metric_totals(result, plan.name))
+    seconds = time.perf_counter() - t0
+    if not counts.reconciles:
+        _LOGGER.error("stage %s does not reconcile: in=%d out=%d rejected=%d failed=%d", plan.name,
+                      counts.records_in, counts.out, counts.rejected, counts.failed)
+    write_manifest(config.output, Manifest(
+        stage=plan.name, config_hash=plan.config_hash, inputs_fingerprint=plan.fingerprint,
+        code_version=version, counts=counts, inputs=list(plan.inputs), outputs=outputs,
+        started_at=started, finished_at=now_iso(),
+        runner=str(options.view_as(StandardOptions).runner),
+        extra={"seconds": round(seconds, 3)},
+    ))
+    _LOGGER.info("stage %s: done in %.1fs (in=%d out=%d rejected=%d failed=%d)", plan.name, seconds,
+                 counts.records_in, counts.out, counts.rejected, counts.failed)
+    return StageReport(plan.name, counts, False, seconds, tuple(outputs))
+
+
+def run_job(config: JobConfig, cli_args: Sequence[str] = (), force: bool = False) -> list[StageReport]:
+    """Runs the config's stages in order; returns one report per stage."""
+    options = pipeline_options(config, cli_args)
+    reports = []
+    for stage in config.active_stages():
+        plan = PLANNERS[stage](config)
+        reports.append(run_stage(config, plan, options, force))
+    return reports

@@ -1,0 +1,89 @@
+"""Writing a stage's outputs: ``docs/``, ``rejected/``, ``failed/`` as Parquet.
+
+Beam's ``WriteToParquet`` writes every shard to a temporary directory and renames it
+into place when the bundle commits, so a crashed or retried worker never leaves a
+partial ``part-NNNNN-of-MMMMM.parquet`` behind.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import apache_beam as beam
+import pyarrow as pa
+from apache_beam.io.filesystems import FileSystems
+
+from transforms.crawl.fetcher import FetchLogEntry
+from transforms.doc import (
+    DOC_SCHEMA,
+    FAILED_SCHEMA,
+    REJECTED_SCHEMA,
+    doc_to_row,
+    failure_to_row,
+    rejected_to_row,
+)
+from transforms.routing import StageOutputs
+
+FETCH_LOG_SCHEMA = pa.schema(
+    [
+        ("url", pa.string()),
+        ("attempt", pa.int32()),
+        ("status", pa.int32()),
+        ("bytes", pa.int64()),
+        ("content_type", pa.string()),
+        ("error", pa.string()),
+        ("elapsed_ms", pa.float64()),
+        ("fetched_at", pa.string()),
+        ("redirect_to", pa.string()),
+        ("depth", pa.int32()),
+    ]
+)
+
+
+class WriteParquet(beam.PTransform):
+    """Elements → ``<directory>/part-NNNNN-of-MMMMM.parquet`` via ``to_row``."""
+
+    def __init__(self, directory: str, schema: pa.Schema, to_row: Callable[[Any], dict]) -> None:
+        super().__init__()
+        self._directory = directory
+        self._schema = schema
+        self._to_row = to_row
+
+    def expand(self, pcoll: beam.PCollection) -> beam.PCollection:
+        return (
+            pcoll
+            | "ToRows" >> beam.Map(self._to_row)
+            | "Write" >> beam.io.WriteToParquet(
+                FileSystems.join(self._directory, "part"),
+                self._schema,
+                file_name_suffix=".parquet",
+                shard_name_template="-SSSSS-of-NNNNN",
+                codec="zstd",
+            )
+        )
+
+
+class WriteStageOutputs(beam.PTransform):
+    """``StageOutputs`` → ``docs/<stage>/``, ``rejected/<stage>/``, ``failed/<stage>/``."""
+
+    def __init__(self, output: str, stage: str, write_kept: bool = True) -> None:
+        super().__init__()
+        self._output = output
+        self._stage = stage
+        self._write_kept = write_kept
+
+    def expand(self, outputs: StageOutputs) -> beam.pvalue.PDone:
+        join = FileSystems.join
+        if self._write_kept:
+            outputs.kept | "WriteDocs" >> WriteParquet(
+                join(self._output, "docs", self._stage), DOC_SCHEMA, doc_to_row)
+        outputs.rejected | "WriteRejected" >> WriteParquet(
+            join(self._output, "rejected", self._stage), REJECTED_SCHEMA, rejected_to_row)
+        outputs.failed | "WriteFailed" >> WriteParquet(
+            join(self._output, "failed", self._stage), FAILED_SCHEMA, failure_to_row)
+        return beam.pvalue.PDone(outputs.rejected.pipeline)
+
+
+def fetch_log_row(entry: FetchLogEntry) -> dict:
+    return dataclasses.asdict(entry)

@@ -1,0 +1,80 @@
+"""Command line: ``python -m pipelines.run --config configs/X.yaml [--stages a,b]
+[--output URL] [--force] [any Beam pipeline option]``.
+
+Exit status: 0 when every stage ran (or was resumed) and its counts reconcile,
+1 when a stage does not reconcile, 2 on a configuration error (nothing ran).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from typing import Optional, Sequence, TextIO
+
+from pipelines.config import ConfigError, load_config
+from pipelines.job import StageReport, run_job
+
+_LOGGER = logging.getLogger(__name__)
+
+
+def parse_args(argv: Optional[Sequence[str]]) -> tuple[argparse.Namespace, list[str]]:
+    parser = argparse.ArgumentParser(
+        prog="python -m pipelines.run",
+        description="Run tokenfactory stages. Unknown --options are Beam pipeline options.",
+    )
+    parser.add_argument("--config", required=True, help="YAML job config (configs/*.yaml)")
+    parser.add_argument("--stages", help="comma-separated stages to run (default: all configured)")
+    parser.add_argument("--output", help="output URL, overrides the config's output")
+    parser.add_argument("--force", action="store_true", help="rerun stages even when resumable")
+    parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    return parser.parse_known_args(argv)
+
+
+def format_table(reports: Sequence[StageReport]) -> str:
+    """The per-stage count table printed at the end of a run."""
+    header = f"{'stage':<10} {'in':>9} {'out':>9} {'rejected':>9} {'failed':>9}  {'check':<11} status"
+    lines = [header, "-" * len(header)]
+    for r in reports:
+        c = r.counts
+        check = "in=out+r+f" if c.reconciles else "MISMATCH"
+        status = "resumed (manifest matched)" if r.skipped else f"ran in {r.seconds:.1f}s"
+        lines.append(f"{r.stage:<10} {c.records_in:>9} {c.out:>9} {c.rejected:>9} {c.failed:>9}  "
+                     f"{check:<11} {status}")
+        reasons = ", ".join(f"{k}={v}" for k, v in c.rejected_by_reason.items())
+        errors = ", ".join(f"{k}={v}" for k, v in c.failed_by_error.items())
+        if reasons:
+            lines.append(f"{'':<10}   rejected: {reasons}")
+        if errors:
+            lines.append(f"{'':<10}   failed:   {errors}")
+    return "\n".join(lines)
+
+
+def format_locations(output: str, reports: Sequence[StageReport]) -> str:
+    lines = [f"outputs under {output}:"]
+    for r in reports:
+        if r.stage == "crawl":
+            lines.append("  crawl/warc/  crawl/fetch_log/  crawl/frontier/   (WARC, fetch log, next frontier)")
+        else:
+            lines.append(f"  docs/{r.stage}/  rejected/{r.stage}/  failed/{r.stage}/")
+        lines.append(f"  manifests/{r.stage}.json")
+    return "\n".join(lines)
+
+
+def main(argv: Optional[Sequence[str]] = None, out: TextIO = sys.stdout) -> int:
+    args, beam_args = parse_args(argv)
+    logging.basicConfig(level=getattr(logging, str(args.log_level).upper(), logging.INFO),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    stages = tuple(s.strip() for s in args.stages.split(",") if s.strip()) if args.stages else None
+    try:
+        config = load_config(args.config, output=args.output, stages=stages)
+    except ConfigError as exc:
+        sys.stderr.write(f"config error: {exc}\n")
+        return 2
+    reports = run_job(config, beam_args, force=args.force)
+    out.write("\n" + format_table(reports) + "\n\n" + format_locations(config.output, reports) + "\n")
+    return 0 if all(r.counts.reconciles for r in reports) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,162 @@
+"""The stage graphs: what each stage reads, how its Beam graph is wired, what it writes.
+
+Each stage runs as its own Beam pipeline so that a finished stage is a durable,
+resumable checkpoint (its Parquet outputs plus its manifest). ``plan_<stage>`` computes
+the config hash and the input fingerprint used for resume; ``build`` wires the graph.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import apache_beam as beam
+import fsspec
+from apache_beam.io.filesystems import FileSystems
+
+from pipelines.config import JobConfig
+from pipelines.outputs import FETCH_LOG_SCHEMA, WriteParquet, WriteStageOutputs, fetch_log_row
+from storage.manifest import read_manifest
+from transforms.crawl.crawler import Crawl
+from transforms.doc import FAILED_SCHEMA, REJECTED_SCHEMA, failure_to_row, rejected_to_row
+from transforms.extract.extract import ExtractText
+from transforms.readers.files import FileRef, match_pattern, storage_options_for
+from transforms.readers.tabular import ReadTabular
+from transforms.readers.warc import ReadWarc, WarcLimits
+from transforms.routing import FAILED, StageOutputs
+
+_LOGGER = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class StagePlan:
+    """Everything the runner needs to decide on, run and record one stage."""
+
+    name: str
+    config_hash: str
+    inputs: tuple[str, ...]
+    fingerprint: str
+    build: Callable[[beam.Pipeline], None]
+    writes_docs: bool = True
+
+
+def _fingerprint(items: Sequence[object]) -> str:
+    return hashlib.sha256(json.dumps(list(items), sort_keys=True, default=str).encode()).hexdigest()
+
+
+def crawl_seeds(config: JobConfig) -> tuple[str, ...]:
+    """Seeds from the config plus the seeds file (one URL per line, # comments)."""
+    section = config.crawl
+    if section is None:
+        return ()
+    seeds = list(section.seeds)
+    if section.seeds_file:
+        with fsspec.open(section.seeds_file, "rt", encoding="utf-8", compression="infer",
+                         **storage_options_for(section.seeds_file)) as fh:
+            seeds.extend(line.strip() for line in fh
+                         if line.strip() and not line.lstrip().startswith("#"))
+    return tuple(seeds)
+
+
+def plan_crawl(config: JobConfig) -> StagePlan:
+    section = config.crawl
+    if section is None:
+        raise ValueError("crawl stage planned without a crawl section")
+    seeds = crawl_seeds(config)
+    crawl_config = section.to_crawl_config(seeds)
+    output = config.output
+
+    def build(pipeline: beam.Pipeline) -> None:
+        join = FileSystems.join
+        result = (
+            pipeline
+            | "Seeds" >> beam.Create(list(seeds))
+            | "Crawl" >> Crawl(crawl_config, join(output, "crawl", "warc"))
+        )
+        result.fetch_log | "WriteFetchLog" >> WriteParquet(
+            join(output, "crawl", "fetch_log"), FETCH_LOG_SCHEMA, fetch_log_row)
+        result.frontier | "WriteFrontier" >> beam.io.WriteToText(
+            join(output, "crawl", "frontier", "frontier"), file_name_suffix=".txt",
+            shard_name_template="-SSSSS-of-NNNNN")
+        result.rejected | "WriteRejected" >> WriteParquet(
+            join(output, "rejected", "crawl"), REJECTED_SCHEMA, rejected_to_row)
+        result.failed | "WriteFailed" >> WriteParquet(
+            join(output, "failed", "crawl"), FAILED_SCHEMA, failure_to_row)
+
+    return StagePlan(
+        name="crawl",
+        config_hash=config.section_hash("crawl"),
+        inputs=tuple(seeds[:100]),
+        fingerprint=_fingerprint(seeds),
+        build=build,
+        writes_docs=False,
+    )
+
+
+def _extract_inputs(config: JobConfig) -> list[tuple[str, FileRef]]:
+    """(format, file) of every configured input and of the crawl's WARC files."""
+    files: list[tuple[str, FileRef]] = []
+    for spec in config.inputs:
+        files.extend((spec.format, ref) for ref in match_pattern(spec.path))
+    if config.crawl is not None:
+        crawl_manifest = read_manifest(config.output, "crawl")
+        if crawl_manifest is None and "crawl" in config.active_stages():
+            raise RuntimeError("extract needs the crawl stage's output; run the crawl stage first")
+        pattern = FileSystems.join(config.output, "crawl", "warc", "*.warc.gz")
+        metadata = FileSystems.match([pattern])[0].metadata_list
+        files.extend(
+            ("warc", FileRef(url=m.path, size=m.size_in_bytes, version=str(m.last_updated_in_seconds)))
+            for m in sorted(metadata, key=lambda m: m.path)
+            if not m.path.rsplit("/", 1)[-1].startswith(".")
+        )
+    return files
+
+
+def plan_extract(config: JobConfig) -> StagePlan:
+    files = _extract_inputs(config)
+    fields_by_format = {spec.format: spec.fields() for spec in config.inputs}
+    limits = WarcLimits(config.read.max_payload_bytes, config.read.max_failed_raw_bytes)
+    stage = "extract"
+
+    def build(pipeline: beam.Pipeline) -> None:
+        records = [pipeline | "NoInput" >> beam.Create([])] if not files else []
+        failed = [pipeline | "NoReadFailures" >> beam.Create([])]
+        for fmt in sorted({fmt for fmt, _ in files}):
+            refs = [ref for f, ref in files if f == fmt]
+            matched = (
+                pipeline
+                | f"Files[{fmt}]" >> beam.Create(refs)
+                | f"Spread[{fmt}]" >> beam.Reshuffle()
+            )
+            if fmt in ("warc", "wet", "arc"):
+                read = matched | f"Read[{fmt}]" >> ReadWarc(stage, limits)
+            else:
+                read = matched | f"Read[{fmt}]" >> ReadTabular(stage, fmt, fields_by_format[fmt])
+            records.append(read.records)
+            failed.append(read[FAILED])
+        all_records = tuple(records) | "AllRecords" >> beam.Flatten()
+        outputs = all_records | "Extract" >> ExtractText(config.extract, stage)
+        read_failures = tuple(failed) | "ReadFailures" >> beam.Flatten()
+        merged = StageOutputs(
+            kept=outputs.kept,
+            rejected=outputs.rejected,
+            failed=(outputs.failed, read_failures) | "AllFailures" >> beam.Flatten(),
+        )
+        merged | "WriteOutputs" >> WriteStageOutputs(config.output, stage)
+
+    return StagePlan(
+        name=stage,
+        config_hash=config.section_hash("extract", "read", "inputs"),
+        inputs=tuple(ref.url for _, ref in files),
+        fingerprint=_fingerprint([(fmt, ref.url, ref.size, ref.version) for fmt, ref in files]),
+        build=build,
+    )
+
+
+PLANNERS: dict[str, Callable[[JobConfig], StagePlan]] = {
+    "crawl": plan_crawl,
+    "extract": plan_extract,
+}

@@ -1,0 +1,222 @@
+"""The one document record, and the records that travel beside it.
+
+``Doc`` is the single schema every stage reads and writes: a frozen dataclass that
+Beam encodes with ``RowCoder`` (registered below) and the matching pyarrow schema used
+for the Parquet files under ``docs/``, ``rejected/`` and ``failed/``. Stages never add
+free-form dict bags: a new column is a new typed field here.
+
+``RawRecord`` is what readers and the crawler hand to extraction (HTML bytes or an
+already-extracted text), ``Failure`` is what lands in ``failed/<stage>/``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
+
+import apache_beam as beam
+import pyarrow as pa
+
+
+@dataclass(frozen=True)
+class Signals:
+    """Quality signals computed by the clean stage (None until it runs)."""
+
+    chars: float = 0.0
+    words: float = 0.0
+    lines: float = 0.0
+    mean_word_length: float = 0.0
+
+
+@dataclass(frozen=True)
+class Label:
+    """One label on a document: from a model or from a human reviewer."""
+
+    name: str
+    value: str
+    score: float
+    origin: str  # "model" | "human"
+    version: str
+
+
+@dataclass(frozen=True)
+class Doc:
+    """A document. Fields after ``lang_hint`` are filled by later stages."""
+
+    id: str
+    url: str
+    text: str
+    source: str  # the file or crawl the document came from
+    fetched_at: str  # ISO-8601 UTC, "" when unknown
+    title: str = ""
+    lang_hint: str = ""  # <html lang>, Content-Language or the input's own field
+    lang: str = ""
+    lang_score: float = 0.0
+    signals: Optional[Signals] = None
+    anomaly_score: Optional[float] = None
+    quality_score: Optional[float] = None
+    labels: Sequence[Label] = ()
+    dup_cluster: str = ""
+    token_count: int = 0
+
+
+@dataclass(frozen=True)
+class RawRecord:
+    """An input record before extraction: HTML bytes (``payload``) or plain ``text``.
+
+    ``kind`` is "html" when ``payload`` holds an HTTP body to extract, "text" when the
+    input already is text (WET conversion records, JSONL, Parquet).
+    """
+
+    kind: str
+    url: str
+    source: str
+    offset: int
+    record_id: str = ""
+    fetched_at: str = ""
+    payload: bytes = b""
+    text: str = ""
+    content_type: str = ""
+    http_status: int = 0
+    charset: str = ""  # declared in the HTTP Content-Type header
+    lang_hint: str = ""
+    title: str = ""
+    truncated: bool = False  # payload cut at the configured size limit
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """A document a stage dropped, with a reason code and a human-readable detail."""
+
+    doc: Doc
+    reason: str
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A record that raised: the error, where it came from, and the raw input."""
+
+    stage: str
+    error_type: str
+    error: str
+    source: str
+    offset: int
+    raw: bytes
+    raw_truncated: bool = False
+    traceback: str = ""
+
+
+for _cls in (Signals, Label, Doc, RawRecord):
+    beam.coders.registry.register_coder(_cls, beam.coders.RowCoder)
+
+
+SIGNALS_TYPE = pa.struct([(f.name, pa.float64()) for f in dataclasses.fields(Signals)])
+LABEL_TYPE = pa.struct(
+    [
+        ("name", pa.string()),
+        ("value", pa.string()),
+        ("score", pa.float64()),
+        ("origin", pa.string()),
+        ("version", pa.string()),
+    ]
+)
+DOC_FIELDS: list[pa.Field] = [
+    pa.field("id", pa.string(), nullable=False),
+    pa.field("url", pa.string()),
+    pa.field("text", pa.large_string()),
+    pa.field("source", pa.string()),
+    pa.field("fetched_at", pa.string()),
+    pa.field("title", pa.string()),
+    pa.field("lang_hint", pa.string()),
+    pa.field("lang", pa.string()),
+    pa.field("lang_score", pa.float64()),
+    pa.field("signals", SIGNALS_TYPE),
+    pa.field("anomaly_score", pa.float64()),
+    pa.field("quality_score", pa.float64()),
+    pa.field("labels", pa.list_(LABEL_TYPE)),
+    pa.field("dup_cluster", pa.string()),
+    pa.field("token_count", pa.int64()),
+]
+DOC_SCHEMA = pa.schema(DOC_FIELDS)
+REJECTED_SCHEMA = pa.schema(
+    DOC_FIELDS + [pa.field("reason", pa.string()), pa.field("reason_detail", pa.string())]
+)
+FAILED_SCHEMA = pa.schema(
+    [
+        pa.field("stage", pa.string()),
+        pa.field("error_type", pa.string()),
+        pa.field("error", pa.string()),
+        pa.field("source", pa.string()),
+        pa.field("offset", pa.int64()),
+        pa.field("raw", pa.large_binary()),
+        pa.field("raw_truncated", pa.bool_()),
+        pa.field("traceback", pa.string()),
+    ]
+)
+
+
+def doc_to_row(doc: Doc) -> dict[str, Any]:
+    """The Parquet row of ``doc`` (field order of ``DOC_SCHEMA``)."""
+    signals = doc.signals
+    return {
+        "id": doc.id,
+        "url": doc.url,
+        "text": doc.text,
+        "source": doc.source,
+        "fetched_at": doc.fetched_at,
+        "title": doc.title,
+        "lang_hint": doc.lang_hint,
+        "lang": doc.lang,
+        "lang_score": doc.lang_score,
+        "signals": dataclasses.asdict(signals) if signals is not None else None,
+        "anomaly_score": doc.anomaly_score,
+        "quality_score": doc.quality_score,
+        "labels": [dataclasses.asdict(label) for label in doc.labels],
+        "dup_cluster": doc.dup_cluster,
+        "token_count": doc.token_count,
+    }
+
+
+def doc_from_row(row: dict[str, Any]) -> Doc:
+    """The ``Doc`` of a Parquet row written by ``doc_to_row`` (extra columns ignored)."""
+    signals = row.get("signals")
+    return Doc(
+        id=row["id"],
+        url=row.get("url") or "",
+        text=row.get("text") or "",
+        source=row.get("source") or "",
+        fetched_at=row.get("fetched_at") or "",
+        title=row.get("title") or "",
+        lang_hint=row.get("lang_hint") or "",
+        lang=row.get("lang") or "",
+        lang_score=row.get("lang_score") or 0.0,
+        signals=Signals(**signals) if signals else None,
+        anomaly_score=row.get("anomaly_score"),
+        quality_score=row.get("quality_score"),
+        labels=tuple(Label(**label) for label in row.get("labels") or ()),
+        dup_cluster=row.get("dup_cluster") or "",
+        token_count=row.get("token_count") or 0,
+    )
+
+
+def rejected_to_row(rejected: Rejected) -> dict[str, Any]:
+    row = doc_to_row(rejected.doc)
+    row["reason"] = rejected.reason
+    row["reason_detail"] = rejected.detail
+    return row
+
+
+def failure_to_row(failure: Failure) -> dict[str, Any]:
+    return dataclasses.asdict(failure)
+
+
+def stable_id(*parts: object) -> str:
+    """A deterministic id from the parts (sha1 hex, 40 chars)."""
+    digest = hashlib.sha1()
+    for part in parts:
+        digest.update(str(part).encode("utf-8", "surrogatepass"))
+        digest.update(b"\x00")
+    return digest.hexdigest()

@@ -1,0 +1,155 @@
+"""The extract stage: ``RawRecord`` → ``Doc`` (HTML extracted, text passed through).
+
+Each record is kept, rejected with an ``ExtractReason`` or failed. Extraction runs
+under ``with_exception_handling`` with a per-document timeout, so a page that makes the
+parser raise or hang becomes a ``failed/extract`` record with its raw bytes, and the
+job goes on (up to the configured error ratio).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from enum import Enum
+from typing import Iterator, Union
+
+import apache_beam as beam
+
+from transforms.doc import Doc, RawRecord, stable_id
+from transforms.extract.html import Method, extract_html, looks_like_html, normalize_text
+from transforms.routing import (
+    FAILED,
+    REJECTED,
+    CountFn,
+    DeadLettersToFailures,
+    StageOutputs,
+    reject,
+)
+
+_LOGGER = logging.getLogger(__name__)
+
+HTML_MIME_TYPES = frozenset({"text/html", "application/xhtml+xml"})
+_SNIFF_MIME_TYPES = frozenset({"", "application/xml", "text/xml", "application/octet-stream"})
+
+
+class ExtractReason(str, Enum):
+    HTTP_STATUS = "http_status"  # a redirect, 404, 500... stored in the WARC
+    CONTENT_TYPE = "content_type"  # not HTML (images, PDF, JSON...)
+    EMPTY = "empty"  # no text after extraction
+    TOO_SHORT = "too_short"  # fewer characters than ``min_chars``
+
+
+@dataclass(frozen=True)
+class ExtractConfig:
+    """How HTML becomes text. ``max_error_ratio`` fails the job above that failure rate."""
+
+    method: str = Method.RESILIPARSE.value
+    timeout_s: float = 10.0
+    min_chars: int = 1
+    max_error_ratio: float = 0.05
+
+    def __post_init__(self) -> None:
+        if self.method not in {m.value for m in Method}:
+            raise ValueError(f"method must be one of {[m.value for m in Method]}, got {self.method!r}")
+        if self.timeout_s <= 0:
+            raise ValueError(f"timeout_s must be > 0, got {self.timeout_s}")
+        if self.min_chars < 0:
+            raise ValueError(f"min_chars must be >= 0, got {self.min_chars}")
+        if not 0.0 < self.max_error_ratio <= 1.0:
+            raise ValueError(f"max_error_ratio must be in (0, 1], got {self.max_error_ratio}")
+
+
+def _doc_shell(record: RawRecord) -> Doc:
+    return Doc(
+        id=record.record_id or stable_id(record.source, record.offset, record.url),
+        url=record.url,
+        text="",
+        source=record.source,
+        fetched_at=record.fetched_at,
+        title=record.title,
+        lang_hint=record.lang_hint,
+    )
+
+
+def classify(record: RawRecord) -> Union[ExtractReason, None]:
+    """The reason a record cannot hold a document, or None if it should be extracted."""
+    if record.kind != "html":
+        return None
+    if record.http_status and not 200 <= record.http_status < 300:
+        return ExtractReason.HTTP_STATUS
+    if record.content_type in HTML_MIME_TYPES:
+        return None
+    if record.content_type in _SNIFF_MIME_TYPES and looks_like_html(record.payload):
+        return None
+    return ExtractReason.CONTENT_TYPE
+
+
+def extract_record(record: RawRecord, config: ExtractConfig) -> Union[Doc, tuple[Doc, ExtractReason, str]]:
+    """The ``Doc`` of ``record``, or (shell doc, reason, detail) when it is rejected."""
+    shell = _doc_shell(record)
+    reason = classify(record)
+    if reason == ExtractReason.HTTP_STATUS:
+        return shell, reason, f"HTTP {record.http_status}"
+    if reason == ExtractReason.CONTENT_TYPE:
+        return shell, reason, record.content_type or "unknown"
+    if record.kind == "html":
+        out = extract_html(record.payload, record.charset, Method(config.method))
+        doc = Doc(
+            id=shell.id, url=shell.url, text=out.text, source=shell.source,
+            fetched_at=shell.fetched_at, title=out.title,
+            lang_hint=out.lang_hint or record.lang_hint,
+        )
+    else:
+        doc = Doc(
+            id=shell.id, url=shell.url, text=normalize_text(record.text), source=shell.source,
+            fetched_at=shell.fetched_at, title=record.title, lang_hint=record.lang_hint,
+        )
+    if not doc.text:
+        return doc, ExtractReason.EMPTY, ""
+    if len(doc.text) < config.min_chars:
+        return doc, ExtractReason.TOO_SHORT, f"{len(doc.text)} < {config.min_chars} chars"
+    return doc
+
+
+class _ExtractFn(beam.DoFn):
+    """Pure routing of one record; counting happens outside (see ``CountFn``)."""
+
+    def __init__(self, config: ExtractConfig) -> None:
+        self._config = config
+
+    def process(self, record: RawRecord) -> Iterator[object]:
+        result = extract_record(record, self._config)
+        if isinstance(result, Doc):
+            yield result
+        else:
+            doc, reason, detail = result
+            yield reject(doc, reason.value, detail)
+
+
+class ExtractText(beam.PTransform):
+    """``RawRecord`` → ``StageOutputs`` (kept ``Doc``, ``Rejected``, ``Failure``)."""
+
+    def __init__(self, config: ExtractConfig = ExtractConfig(), stage: str = "extract") -> None:
+        super().__init__()
+        self._config = config
+        self._stage = stage
+
+    def expand(self, records: beam.PCollection) -> StageOutputs:
+        stage = self._stage
+        results = (
+            records
+            | "CountIn" >> beam.ParDo(CountFn(stage, "in"))
+            | "Extract" >> beam.ParDo(_ExtractFn(self._config))
+            .with_exception_handling(
+                main_tag="kept",
+                dead_letter_tag=FAILED,
+                timeout=self._config.timeout_s,
+                threshold=self._config.max_error_ratio,
+            )
+            .with_outputs(REJECTED, main="kept")
+        )
+        return StageOutputs(
+            kept=results["kept"] | "CountKept" >> beam.ParDo(CountFn(stage, "kept")),
+            rejected=results[REJECTED] | "CountRejected" >> beam.ParDo(CountFn(stage, "rejected")),
+            failed=results[FAILED] | "ToFailures" >> beam.ParDo(DeadLettersToFailures(stage)),
+        )

@@ -1,0 +1,149 @@
+"""HTML bytes → main text: charset detection, boilerplate removal, title and language hint.
+
+Pure functions, no Beam. Extractors (chosen by measurement, docs/BENCHMARKS.md):
+
+- ``resiliparse``: lexbor DOM + resiliparse's main-content heuristics. Fastest.
+- ``trafilatura``: trafilatura's ``fast`` extraction without comments. Most accurate
+  on the scrapinghub pages and still faster than trafilatura's default.
+- ``cascade``: resiliparse, then trafilatura only for pages whose resiliparse text
+  looks like navigation (many short lines).
+"""
+
+from __future__ import annotations
+
+import codecs
+import re
+from dataclasses import dataclass
+from enum import Enum
+from typing import Optional
+
+from resiliparse.extract.html2text import extract_plain_text
+from resiliparse.parse.encoding import bytes_to_str, detect_encoding
+from resiliparse.parse.html import HTMLTree
+
+
+class Method(str, Enum):
+    RESILIPARSE = "resiliparse"
+    TRAFILATURA = "trafilatura"
+    CASCADE = "cascade"
+
+
+@dataclass(frozen=True)
+class Extracted:
+    """What extraction produced from one page."""
+
+    text: str
+    title: str
+    lang_hint: str
+    encoding: str
+    method: str
+
+
+_META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([a-zA-Z0-9_\-:.]+)""", re.I)
+_BOMS = ((codecs.BOM_UTF8, "utf-8"), (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))
+_HTML_SNIFF = re.compile(rb"<\s*(!doctype\s+html|html|head|body|title|p|div|meta)\b", re.I)
+_BLANK_LINES = re.compile(r"\n\s*\n+")
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+# Cascade: fall back to trafilatura when resiliparse's text has at least this many
+# lines and this fraction of them are short (< 8 words): menus, teasers, share bars.
+CASCADE_MIN_SHORT_LINES = 10
+CASCADE_SHORT_FRACTION = 0.3
+
+
+def _codec(name: str) -> Optional[str]:
+    try:
+        return codecs.lookup(name).name
+    except (LookupError, TypeError):
+        return None
+
+
+def decode_html(payload: bytes, declared: str = "") -> tuple[str, str]:
+    """(text, encoding) of an HTML body.
+
+    Order: a byte-order mark; valid UTF-8 (a declaration is often wrong, valid non-ASCII
+    UTF-8 almost never happens by accident); the charset declared in the HTTP header
+    or a ``<meta>`` tag if it decodes cleanly; else the detected encoding (uchardet via
+    resiliparse), decoding with replacement characters.
+    """
+    for bom, name in _BOMS:
+        if payload.startswith(bom):
+            return payload[len(bom):].decode(name, "replace"), name
+    try:
+        return payload.decode("utf-8"), "utf-8"
+    except UnicodeDecodeError:
+        pass
+    candidates = [declared]
+    meta = _META_CHARSET.search(payload[:4096])
+    if meta:
+        candidates.append(meta.group(1).decode("ascii", "ignore"))
+    for candidate in candidates:
+        codec = _codec(candidate) if candidate else None
+        if codec and codec not in ("utf-8", "ascii"):
+            try:
+                return payload.decode(codec), codec
+            except (UnicodeDecodeError, LookupError):
+                continue
+    detected = detect_encoding(payload)
+    return bytes_to_str(payload, detected), detected
+
+
+def looks_like_html(payload: bytes) -> bool:
+    """True if the first KiB contains an HTML tag (for records with no content type)."""
+    return bool(_HTML_SNIFF.search(payload[:1024]))
+
+
+def normalize_text(text: str) -> str:
+    """Strip control characters and lone surrogates, trim lines, collapse blank runs."""
+    text = _CONTROL.sub("", text)
+    text = text.encode("utf-8", "replace").decode("utf-8")
+    lines = [line.strip() for line in text.splitlines()]
+    return _BLANK_LINES.sub("\n\n", "\n".join(lines)).strip()
+
+
+def _resiliparse_text(tree: HTMLTree) -> str:
+    return extract_plain_text(
+        tree, main_content=True, alt_texts=False, links=False, list_bullets=False,
+        form_fields=False, noscript=False, comments=False,
+    )
+
+
+def _trafilatura_text(html: str) -> str:
+    import trafilatura  # imported lazily: it is slow to import and only some methods use it
+
+    return trafilatura.extract(
+        html, deduplicate=False, fast=True, include_comments=False, favor_precision=False
+    ) or ""
+
+
+def needs_fallback(text: str) -> bool:
+    """The cascade rule: many short lines mean resiliparse kept navigation blocks."""
+    lines = [line for line in text.split("\n") if line.strip()]
+    short = sum(1 for line in lines if len(line.split()) < 8)
+    return short >= CASCADE_MIN_SHORT_LINES and short >= CASCADE_SHORT_FRACTION * len(lines)
+
+
+def _lang_of(tree: HTMLTree) -> str:
+    root = tree.document.query_selector("html")
+    value = root.getattr("lang") if root is not None else None
+    if not value:
+        meta = tree.document.query_selector('meta[http-equiv="content-language" i]')
+        value = meta.getattr("content") if meta is not None else None
+    return (value or "").split(",")[0].strip()
+
+
+def extract_html(payload: bytes, declared_charset: str = "",
+                 method: Method = Method.RESILIPARSE) -> Extracted:
+    """Main text, title and language hint of an HTML page."""
+    html, encoding = decode_html(payload, declared_charset)
+    tree = HTMLTree.parse(html)
+    title = normalize_text(tree.title or "").replace("\n", " ")
+    lang = _lang_of(tree)
+    if method == Method.TRAFILATURA:
+        text, used = _trafilatura_text(html), Method.TRAFILATURA
+    else:
+        text, used = _resiliparse_text(tree), Method.RESILIPARSE
+        if method == Method.CASCADE and needs_fallback(text):
+            text, used = _trafilatura_text(html) or text, Method.TRAFILATURA
+    return Extracted(text=normalize_text(text), title=title, lang_hint=lang,
+                     encoding=encoding, method=used.value)
