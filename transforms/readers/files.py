@@ -7,6 +7,7 @@ and the matched files are reshuffled, so many files spread across workers.
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 from dataclasses import dataclass
@@ -71,6 +72,17 @@ def match_pattern(pattern: str) -> list[FileRef]:
 def open_input(url: str, compression: str | None = None) -> Any:
     """An open binary file object for ``url`` (caller closes it)."""
     return fsspec.open(url, "rb", compression=compression, **storage_options_for(url)).open()
+
+
+def open_decompressed(url: str) -> Any:
+    """An open binary, line-readable stream of ``url``, decompressed by its suffix
+    (.gz, .bz2, .xz, .zst; fsspec's zstd stream has no ``readline``, hence the wrapper)."""
+    if url.endswith((".zst", ".zstd")):
+        import zstandard
+
+        raw = open_input(url)
+        return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(raw, closefd=True))
+    return fsspec.open(url, "rb", compression="infer", **storage_options_for(url)).open()
 
 
 class MatchInputs(beam.PTransform):

@@ -20,7 +20,7 @@ import fsspec
 import pyarrow.parquet as pq
 
 from transforms.doc import Failure, RawRecord, stable_id
-from transforms.readers.files import FileRef, storage_options_for
+from transforms.readers.files import FileRef, open_decompressed, storage_options_for
 from transforms.routing import FAILED, StageCounters, make_failure
 
 _LOGGER = logging.getLogger(__name__)
@@ -78,12 +78,14 @@ def iter_jsonl(url: str, fields: TextFields, stage: str) -> Iterator[TabularItem
     """Records of a JSONL file; compression inferred from the name (.gz, .zst, ...)."""
     offset = 0
     line_no = 0
-    with fsspec.open(url, "rb", compression="infer", **storage_options_for(url)) as fh:
+    with open_decompressed(url) as fh:
         while True:
             try:
                 line = fh.readline()
             except Exception as exc:  # EOFError, zlib / zstd errors on damaged files
-                yield make_failure(stage, exc, url, offset, b"", error_type="corrupt_file",
+                error = type(exc)(f"{url}: unreadable after line {line_no} (decompressed byte "
+                                  f"{offset}): {exc or type(exc).__name__}")
+                yield make_failure(stage, error, url, offset, b"", error_type="corrupt_file",
                                    with_traceback=False)
                 return
             if not line:

@@ -160,7 +160,7 @@ def iter_warc(fh: IO[bytes], url: str, limits: WarcLimits, stage: str) -> Iterat
         iterator = ArchiveIterator(fh, arc2warc=True)
         damaged_at: Optional[int] = None
         error: Optional[BaseException] = None
-        offset = base
+        good_end = base  # where the bytes after the last intact record begin
         try:
             for record in iterator:
                 # Read the record before asking its offset: get_record_offset() reads
@@ -179,6 +179,7 @@ def iter_warc(fh: IO[bytes], url: str, limits: WarcLimits, stage: str) -> Iterat
                                      f"({missing} of {record.length} bytes missing)")
                     damaged_at = offset
                     break
+                good_end = base + iterator.member_info[0] + iterator.member_info[1]
                 yield item
             else:
                 end = base + iterator.offset
@@ -186,7 +187,7 @@ def iter_warc(fh: IO[bytes], url: str, limits: WarcLimits, stage: str) -> Iterat
                     damaged_at = end
                     error = EOFError(f"{url}: unreadable bytes from offset {end} of {size}")
         except Exception as exc:  # warcio raises ArchiveLoadFailed, zlib.error, ValueError...
-            damaged_at, error = offset, exc
+            damaged_at, error = good_end, exc
         if damaged_at is None:
             return
         resume = find_resync(fh, damaged_at + 1, gzipped)

@@ -1,0 +1,98 @@
+"""Extraction: charset detection, text normalisation, quality on real pages."""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+
+from benchmarks.scrapinghub import load_pages, precision_recall_f1
+from tests.conftest import shared
+from transforms.extract.html import (
+    Method,
+    decode_html,
+    extract_html,
+    looks_like_html,
+    needs_fallback,
+    normalize_text,
+)
+
+GERMAN = "Grüße aus Köln, Straße, Äpfel und Öl."
+
+
+@pytest.mark.parametrize("payload,declared,expected_text,expected_encoding", [
+    (GERMAN.encode("utf-8"), "", GERMAN, "utf-8"),
+    (GERMAN.encode("utf-8"), "iso-8859-1", GERMAN, "utf-8"),          # wrong declaration
+    (GERMAN.encode("cp1252"), "windows-1252", GERMAN, "cp1252"),
+    (GERMAN.encode("cp1252"), "", GERMAN, None),                      # detected
+    (b'<meta charset="koi8-r"><p>' + "Привет мир".encode("koi8-r"), "", "Привет мир", "koi8-r"),
+    (b"\xef\xbb\xbfhello", "", "hello", "utf-8"),
+    (b"\xff\xfeh\x00i\x00", "", "hi", "utf-16"),
+    (GERMAN.encode("cp1252"), "no-such-charset", GERMAN, None),
+])
+def test_decode_html(payload, declared, expected_text, expected_encoding):
+    text, encoding = decode_html(payload, declared)
+    assert expected_text in text
+    if expected_encoding:
+        assert encoding == expected_encoding
+
+
+@pytest.mark.parametrize("raw,expected", [
+    ("  a  \n\n\n\n b ", "a\n\nb"),
+    ("x\x00y\x07z", "xyz"),
+    ("lone \ud800 surrogate", "lone ? surrogate"),
+    ("", ""),
+    ("\n\n  \n", ""),
+    ("😀🎉", "😀🎉"),
+])
+def test_normalize_text(raw, expected):
+    assert normalize_text(raw) == expected
+
+
+def test_looks_like_html():
+    assert looks_like_html(b"  <!DOCTYPE html><html>")
+    assert looks_like_html(b"<div>x</div>")
+    assert not looks_like_html(b"%PDF-1.4 binary")
+    assert not looks_like_html(b'{"json": true}')
+
+
+def test_extract_keeps_title_and_lang_and_drops_boilerplate():
+    page = (b"<html lang='de-DE'><head><title> Mein  Titel </title><script>var x=1;</script>"
+            b"<style>p{}</style></head><body><nav><a href='/'>Home</a> <a href='/x'>X</a></nav>"
+            b"<article><p>" + ("Der eigentliche Inhalt steht hier. " * 20).encode() + b"</p></article>"
+            b"<footer>Copyright 2024</footer></body></html>")
+    for method in Method:
+        out = extract_html(page, "", method)
+        assert out.title == "Mein Titel"
+        assert out.lang_hint == "de-DE"
+        assert "Der eigentliche Inhalt" in out.text
+        assert "var x" not in out.text and "p{}" not in out.text
+
+
+@pytest.mark.parametrize("payload", [b"", b"\x00\x00\x00", b"<html>", b"<<<>>>" * 1000,
+                                     b"\xff\xfe\xfd" * 100, b"<p>" * 50_000])
+def test_extract_survives_garbage(payload):
+    out = extract_html(payload)
+    assert isinstance(out.text, str)
+
+
+def test_cascade_rule():
+    menu = "\n".join(["Home", "News", "Sport", "Contact us", "Login"] * 3)
+    article = "\n".join(["This is a long sentence of an article with many words in it."] * 10)
+    assert needs_fallback(menu)
+    assert not needs_fallback(article)
+
+
+@pytest.fixture(scope="module")
+def scrapinghub_pages():
+    return load_pages(shared("html", "scrapinghub"))
+
+
+@pytest.mark.parametrize("method,min_f1", [(Method.RESILIPARSE, 0.92), (Method.TRAFILATURA, 0.955),
+                                           (Method.CASCADE, 0.93)])
+def test_quality_on_scrapinghub(scrapinghub_pages, method, min_f1):
+    """Token F1 against the hand-made articleBody of 90 real pages."""
+    scores = [precision_recall_f1(extract_html(raw, "", method).text, truth)[2]
+              for _, raw, truth in scrapinghub_pages]
+    assert len(scores) == 90
+    assert statistics.mean(scores) >= min_f1

@@ -1,0 +1,221 @@
+"""Readers on every real WARC/WET/ARC sample, damaged files, JSONL and Parquet."""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import io
+import json
+
+import apache_beam as beam
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import zstandard
+from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.util import assert_that, equal_to
+
+from tests.conftest import shared
+from transforms.doc import Failure, RawRecord
+from transforms.readers.files import FileRef, match_pattern
+from transforms.readers.tabular import ReadTabular, TextFields, iter_jsonl, iter_parquet
+from transforms.readers.warc import ReadWarc, WarcLimits, iter_warc
+from transforms.routing import FAILED
+
+# (file, document records, skipped records, failures)
+WARC_FILES = [
+    ("cc_whirlwind.warc.gz", 1, 3, 0),
+    ("cc_whirlwind.warc.wet.gz", 1, 1, 0),
+    ("cc_whirlwind.warc.wat.gz", 0, 2, 0),
+    ("dolma_sample-0000.warc.gz", 24, 24, 0),
+    ("resiliparse_warcfile.warc.gz", 16, 34, 0),
+    ("warcio_example.warc.gz", 1, 5, 0),
+    ("warcio_example-iana.org-chunked.warc", 1, 2, 0),
+    ("warcio_example.arc.gz", 1, 1, 0),
+    ("resiliparse_clipped.warc.gz", 0, 0, 1),
+]
+
+
+def read_all(data: bytes, name: str = "mem.warc.gz") -> list[object]:
+    return list(iter_warc(io.BytesIO(data), name, WarcLimits(), "extract"))
+
+
+def split(items: list[object]) -> tuple[list[RawRecord], list[str], list[Failure]]:
+    return ([i for i in items if isinstance(i, RawRecord)], [i for i in items if isinstance(i, str)],
+            [i for i in items if isinstance(i, Failure)])
+
+
+@pytest.mark.parametrize("name,docs,skipped,failures", WARC_FILES)
+def test_every_shared_warc_file(name, docs, skipped, failures):
+    path = shared("warc", name)
+    records, skips, fails = split(read_all(path.read_bytes(), name))
+    assert (len(records), len(skips), len(fails)) == (docs, skipped, failures)
+    for record in records:
+        assert record.url and record.source == name and record.offset >= 0
+
+
+def test_record_fields_from_common_crawl():
+    records, _, _ = split(read_all(shared("warc", "resiliparse_warcfile.warc.gz").read_bytes()))
+    first = records[0]
+    assert first.kind == "html" and first.http_status == 200 and first.content_type == "text/html"
+    assert first.record_id.startswith("<urn:uuid:") and first.fetched_at.startswith("20")
+    assert len({r.offset for r in records}) == len(records)
+
+
+def test_wet_conversion_is_text_with_language():
+    records, _, _ = split(read_all(shared("warc", "cc_whirlwind.warc.wet.gz").read_bytes()))
+    assert records[0].kind == "text" and "Escopete" in records[0].text
+    assert records[0].lang_hint == "spa"  # WARC-Identified-Content-Language: spa,...
+
+
+def test_chunked_transfer_encoding_is_decoded():
+    records, _, _ = split(read_all(shared("warc", "warcio_example-iana.org-chunked.warc").read_bytes()))
+    assert records[0].payload.lstrip().lower().startswith(b"<!doctype html")
+
+
+def test_truncated_file_names_file_and_offset_and_keeps_raw():
+    data = shared("warc", "resiliparse_clipped.warc.gz").read_bytes()
+    _, _, fails = split(read_all(data, "clipped.warc.gz"))
+    assert fails[0].offset == 0 and "clipped.warc.gz" in fails[0].error
+    assert "truncated" in fails[0].error and fails[0].raw == data
+
+
+def test_truncated_tail_keeps_every_record_before_the_damage():
+    data = shared("warc", "dolma_sample-0000.warc.gz").read_bytes()
+    records, _, fails = split(read_all(data[:150_000]))
+    assert len(records) == 20 and len(fails) == 1
+    assert fails[0].offset == 148743 and fails[0].raw == data[148743:150_000]
+
+
+def test_corrupt_middle_resyncs_and_reads_on():
+    data = bytearray(shared("warc", "dolma_sample-0000.warc.gz").read_bytes())
+    data[100_000:100_100] = b"x" * 100
+    records, _, fails = split(read_all(bytes(data)))
+    assert len(records) == 24  # every response survives: the damage hit a request record
+    assert fails and all(96_000 < f.offset < 101_000 for f in fails)
+    assert sum(len(f.raw) for f in fails) >= 100  # the damaged bytes are kept
+
+
+def test_garbage_after_last_record():
+    data = shared("warc", "dolma_sample-0000.warc.gz").read_bytes()
+    records, _, fails = split(read_all(data + b"garbage" * 100))
+    assert len(records) == 24 and len(fails) == 1 and fails[0].offset == len(data)
+
+
+def test_empty_file_yields_nothing():
+    assert read_all(b"") == []
+
+
+def test_payload_limit_cuts_and_flags():
+    data = shared("warc", "dolma_sample-0000.warc.gz").read_bytes()
+    items = list(iter_warc(io.BytesIO(data), "x", WarcLimits(max_payload_bytes=1000), "extract"))
+    records, _, fails = split(items)
+    assert not fails and all(len(r.payload) <= 1000 for r in records)
+    assert any(r.truncated for r in records)
+
+
+def test_read_warc_transform_counts(beam_options):
+    warc = shared("warc")
+    refs = [FileRef(str(warc / n)) for n in
+            ("resiliparse_warcfile.warc.gz", "resiliparse_clipped.warc.gz", "missing.warc.gz")]
+    with TestPipeline(options=beam_options) as p:
+        out = p | beam.Create(refs) | ReadWarc("extract")
+        assert_that(out.records | beam.combiners.Count.Globally(), equal_to([16]), label="records")
+        assert_that(out[FAILED] | beam.Map(lambda f: f.error_type),
+                    equal_to(["corrupt_record", "unreadable_file"]), label="failed")
+    counters = {c.key.metric.name: c.committed for c in p.result.metrics().query()["counters"]}
+    assert counters["records_in"] == 2 and counters["records_read"] == 16
+    assert counters["skipped_request"] == 17 and counters["failed_unreadable_file"] == 1
+
+
+# --- JSONL and Parquet -----------------------------------------------------------------
+
+LINES = [
+    {"id": "a", "text": "first document", "url": "http://x/a"},
+    {"text": "no id here"},
+    "not json {",
+    ["a", "list"],
+    {"id": "c", "text": None},
+    {"id": "d", "text": 42},
+    {"id": "e", "content": "wrong field"},
+    {"id": "f", "text": "last \u00e9 document", "lang": "fr"},
+]
+
+
+def jsonl_bytes() -> bytes:
+    out = []
+    for line in LINES:
+        out.append(line if isinstance(line, str) else json.dumps(line))
+    return ("\n".join(out) + "\n\n").encode("utf-8") + b"\xff\xfe not utf8\n"
+
+
+@pytest.mark.parametrize("suffix,compress", [
+    ("", lambda b: b), (".gz", gzip.compress), (".zst", zstandard.compress), (".bz2", bz2.compress),
+])
+def test_jsonl_good_and_bad_lines(tmp_path, suffix, compress):
+    path = tmp_path / f"docs.jsonl{suffix}"
+    path.write_bytes(compress(jsonl_bytes()))
+    items = list(iter_jsonl(str(path), TextFields(), "extract"))
+    records = [i for i in items if isinstance(i, RawRecord)]
+    fails = [i for i in items if isinstance(i, Failure)]
+    assert [r.text for r in records] == ["first document", "no id here", "last \u00e9 document"]
+    assert records[0].record_id == "a" and len(records[1].record_id) == 40
+    assert records[2].lang_hint == "fr"
+    assert len(fails) == 6 and all(str(path) in f.error for f in fails)
+    assert "line 3" in fails[0].error and fails[0].raw == b"not json {\n"
+    assert all(f.error_type == "bad_record" for f in fails)
+
+
+def test_jsonl_truncated_gzip_keeps_lines_before_damage(tmp_path):
+    body = "".join(json.dumps({"id": str(i), "text": f"doc {i} " * 20}) + "\n" for i in range(2000))
+    data = gzip.compress(body.encode())
+    path = tmp_path / "cut.jsonl.gz"
+    path.write_bytes(data[: len(data) // 2])
+    items = list(iter_jsonl(str(path), TextFields(), "extract"))
+    records = [i for i in items if isinstance(i, RawRecord)]
+    fails = [i for i in items if isinstance(i, Failure)]
+    assert 0 < len(records) < 2000 and len(fails) == 1
+    assert fails[0].error_type == "corrupt_file" and fails[0].offset > 0
+
+
+def test_parquet_rows_and_bad_rows(tmp_path):
+    table = pa.table({"doc_id": ["1", "2", "3"], "body": ["one", None, "three"],
+                      "url": ["u1", "u2", "u3"]})
+    path = tmp_path / "docs.parquet"
+    pq.write_table(table, path, row_group_size=2)
+    items = list(iter_parquet(str(path), TextFields(text="body", id="doc_id"), "extract"))
+    records = [i for i in items if isinstance(i, RawRecord)]
+    fails = [i for i in items if isinstance(i, Failure)]
+    assert [(r.record_id, r.text, r.offset) for r in records] == [("1", "one", 0), ("3", "three", 2)]
+    assert len(fails) == 1 and fails[0].offset == 1 and "row 1" in fails[0].error
+
+
+def test_parquet_missing_column_and_corrupt_file(tmp_path):
+    good = tmp_path / "good.parquet"
+    pq.write_table(pa.table({"other": ["x"]}), good)
+    fails = list(iter_parquet(str(good), TextFields(), "extract"))
+    assert len(fails) == 1 and fails[0].error_type == "bad_schema" and "'text'" in fails[0].error
+    bad = tmp_path / "bad.parquet"
+    bad.write_bytes(b"PAR1 this is not parquet at all")
+    fails = list(iter_parquet(str(bad), TextFields(), "extract"))
+    assert len(fails) == 1 and fails[0].error_type == "corrupt_file"
+    assert fails[0].raw == bad.read_bytes()
+
+
+def test_read_tabular_transform(tmp_path, beam_options):
+    for i in range(3):
+        (tmp_path / f"part{i}.jsonl").write_text(
+            "".join(json.dumps({"id": f"{i}-{j}", "text": f"t{j}"}) + "\n" for j in range(5)) + "oops\n")
+    refs = match_pattern(str(tmp_path / "*.jsonl"))
+    assert len(refs) == 3
+    with TestPipeline(options=beam_options) as p:
+        out = p | beam.Create(refs) | ReadTabular("extract", "jsonl")
+        assert_that(out.records | beam.Map(lambda r: r.record_id),
+                    equal_to([f"{i}-{j}" for i in range(3) for j in range(5)]), label="records")
+        assert_that(out[FAILED] | beam.combiners.Count.Globally(), equal_to([3]), label="failed")
+
+
+def test_match_pattern_errors(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        match_pattern(str(tmp_path / "nope.jsonl"))
+    assert match_pattern(str(tmp_path / "*.nothing")) == []
