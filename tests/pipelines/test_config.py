@@ -32,7 +32,7 @@ def good(tmp_path: Path) -> str:
 def test_good_config_loads(tmp_path):
     config = load_config(write(tmp_path, good(tmp_path)))
     assert isinstance(config, JobConfig) and config.active_stages() == ("extract",)
-    assert config.extract.method == "resiliparse"
+    assert config.extract.method == "cascade"
 
 
 @pytest.mark.parametrize("extra,key,message", [

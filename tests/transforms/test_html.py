@@ -15,6 +15,8 @@ from transforms.extract.html import (
     looks_like_html,
     needs_fallback,
     normalize_text,
+    strip_invisible,
+    trim_to_core,
 )
 
 GERMAN = "Grüße aus Köln, Straße, Äpfel und Öl."
@@ -76,11 +78,25 @@ def test_extract_survives_garbage(payload):
     assert isinstance(out.text, str)
 
 
+PARA = "This is a long sentence of an article with many words in it, as they are."
+
+
+@pytest.mark.parametrize("text,expected", [
+    (f"Home\nNews\n{PARA}\nSubhead\n{PARA}\nShare\nRead more", f"{PARA}\nSubhead\n{PARA}"),
+    ("Home\nNews\nSport", "Home\nNews\nSport"),  # no paragraph: kept whole
+    (" ".join(["word"] * 25) + "\nfooter", " ".join(["word"] * 25)),  # long line w/o period
+    ("", ""),
+])
+def test_trim_to_core(text, expected):
+    assert trim_to_core(text)[0] == expected
+
+
 def test_cascade_rule():
-    menu = "\n".join(["Home", "News", "Sport", "Contact us", "Login"] * 3)
-    article = "\n".join(["This is a long sentence of an article with many words in it."] * 10)
-    assert needs_fallback(menu)
-    assert not needs_fallback(article)
+    menu_inside = "\n".join([PARA] + ["Home", "News", "Sport", "Contact us", "Login"] * 3 + [PARA])
+    _, short, lines = trim_to_core(menu_inside)
+    assert needs_fallback(short, lines)
+    _, short, lines = trim_to_core("\n".join([PARA] * 10 + ["Subhead"] + [PARA]))
+    assert not needs_fallback(short, lines)
 
 
 @pytest.fixture(scope="module")
@@ -88,11 +104,22 @@ def scrapinghub_pages():
     return load_pages(shared("html", "scrapinghub"))
 
 
-@pytest.mark.parametrize("method,min_f1", [(Method.RESILIPARSE, 0.92), (Method.TRAFILATURA, 0.955),
-                                           (Method.CASCADE, 0.93)])
+@pytest.mark.parametrize("method,min_f1", [(Method.RESILIPARSE, 0.94), (Method.TRAFILATURA, 0.96),
+                                           (Method.CASCADE, 0.945)])
 def test_quality_on_scrapinghub(scrapinghub_pages, method, min_f1):
     """Token F1 against the hand-made articleBody of 90 real pages."""
     scores = [precision_recall_f1(extract_html(raw, "", method).text, truth)[2]
               for _, raw, truth in scrapinghub_pages]
     assert len(scores) == 90
     assert statistics.mean(scores) >= min_f1
+
+
+@pytest.mark.parametrize("html,expected", [
+    ("<p>a</p><script>var x = '<p>';</script><p>b</p>", "<p>a</p><p>b</p>"),
+    ("<P>a<SCRIPT type=x>y</SCRIPT >b", "<P>ab"),
+    ("a<!-- <p>hidden</p> -->b<style>p{}</style>c<svg><path/></svg>d", "abcd"),
+    ("a<script>never closed", "a<script>never closed"),
+    ("<scripts>kept</scripts>", "<scripts>kept</scripts>"),
+])
+def test_strip_invisible(html, expected):
+    assert strip_invisible(html) == expected

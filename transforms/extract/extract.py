@@ -43,7 +43,7 @@ class ExtractReason(str, Enum):
 class ExtractConfig:
     """How HTML becomes text. ``max_error_ratio`` fails the job above that failure rate."""
 
-    method: str = Method.RESILIPARSE.value
+    method: str = Method.CASCADE.value
     timeout_s: float = 10.0
     min_chars: int = 1
     max_error_ratio: float = 0.05
