@@ -6,6 +6,7 @@ import bz2
 import gzip
 import io
 import json
+import os
 
 import apache_beam as beam
 import pyarrow as pa
@@ -219,3 +220,23 @@ def test_match_pattern_errors(tmp_path):
     with pytest.raises(FileNotFoundError):
         match_pattern(str(tmp_path / "nope.jsonl"))
     assert match_pattern(str(tmp_path / "*.nothing")) == []
+
+
+@pytest.mark.parametrize("data", [b"hello world, this is not a warc\n" * 10, b"\x1f\x8b\x08garbage",
+                                  b'{"json": "lines"}\n'])
+def test_not_a_warc_is_one_clear_failure(data):
+    items = read_all(data, "notes.txt")
+    assert len(items) == 1 and isinstance(items[0], Failure)
+    assert items[0].error_type == "not_warc" and "notes.txt" in items[0].error
+    assert items[0].raw == data
+
+
+def test_match_inputs_transform(tmp_path, beam_options):
+    from transforms.readers.files import MatchInputs
+
+    for name in ("a.jsonl", "b.jsonl", "c.txt"):
+        (tmp_path / name).write_text("{}\n")
+    with TestPipeline(options=beam_options) as p:
+        refs = p | MatchInputs([str(tmp_path / "*.jsonl"), str(tmp_path / "c.txt")])
+        assert_that(refs | beam.Map(lambda r: (os.path.basename(r.url), r.size)),
+                    equal_to([("a.jsonl", 3), ("b.jsonl", 3), ("c.txt", 3)]))

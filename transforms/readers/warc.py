@@ -123,6 +123,17 @@ def _valid_start(fh: IO[bytes], pos: int, gzipped: bool) -> bool:
     return head.startswith(b"WARC/") or head[:1].isalnum()  # WARC header or ARC URL line
 
 
+def _starts_archive(fh: IO[bytes], gzipped: bool) -> bool:
+    fh.seek(0)
+    head = fh.read(4096)
+    if gzipped:
+        try:
+            head = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head, 64)
+        except zlib.error:
+            return False
+    return head.lstrip(b"\r\n").startswith((b"WARC/", b"filedesc://"))
+
+
 def _has_data_after(fh: IO[bytes], pos: int) -> bool:
     fh.seek(pos)
     return bool(fh.read(_RESYNC_CHUNK).strip(b"\r\n\x00 "))
@@ -155,6 +166,13 @@ def iter_warc(fh: IO[bytes], url: str, limits: WarcLimits, stage: str) -> Iterat
     fh.seek(0, 2)
     size = fh.tell()
     base = 0
+    if size and not _starts_archive(fh, gzipped):
+        raw = _read_raw(fh, 0, None, limits.max_failed_raw_bytes)
+        error = ValueError(f"{url}: not a WARC or ARC file (no 'WARC/' or 'filedesc://' header "
+                           f"at offset 0)")
+        yield make_failure(stage, error, url, 0, raw, error_type="not_warc",
+                           max_raw_bytes=limits.max_failed_raw_bytes, with_traceback=False)
+        return
     while base < size:
         fh.seek(base)
         iterator = ArchiveIterator(fh, arc2warc=True)
