@@ -63,8 +63,11 @@ def format_locations(output: str, reports: Sequence[StageReport]) -> str:
 
 def main(argv: Optional[Sequence[str]] = None, out: TextIO = sys.stdout) -> int:
     args, beam_args = parse_args(argv)
-    logging.basicConfig(level=getattr(logging, str(args.log_level).upper(), logging.INFO),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    level = getattr(logging, str(args.log_level).upper(), logging.INFO)
+    # force: importing Beam may already have configured the root logger at WARNING.
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        force=True)
+    logging.getLogger("apache_beam").setLevel(max(level, logging.WARNING))
     stages = tuple(s.strip() for s in args.stages.split(",") if s.strip()) if args.stages else None
     try:
         config = load_config(args.config, output=args.output, stages=stages)

@@ -39,7 +39,7 @@ class StageOutputs(NamedTuple):
 class StageCounters:
     """Fixed-name Beam counters for one stage, plus a throttled progress log line."""
 
-    def __init__(self, stage: str, log_every_s: float = 30.0) -> None:
+    def __init__(self, stage: str, log_every_s: float = 10.0) -> None:
         self.stage = stage
         self._in = Metrics.counter(stage, "records_in")
         self._out = Metrics.counter(stage, "records_out")
@@ -64,14 +64,17 @@ class StageCounters:
         self._out.inc()
         self._chars.update(chars)
         self._local["out"] += 1
+        self._maybe_log()
 
     def rejected(self, reason: str) -> None:
         self._counter(f"rejected_{reason}").inc()
         self._local["rejected"] += 1
+        self._maybe_log()
 
     def failed(self, error_type: str) -> None:
         self._counter(f"failed_{error_type}").inc()
         self._local["failed"] += 1
+        self._maybe_log()
 
     def inc(self, name: str, n: int = 1) -> None:
         """A free counter that is not part of the in/out table (e.g. skipped records)."""
@@ -81,11 +84,8 @@ class StageCounters:
         now = time.monotonic()
         if now - self._last_log >= self._log_every_s:
             self._last_log = now
-            local = self._local
-            _LOGGER.info(
-                "progress %s (this worker): in=%d out=%d rejected=%d failed=%d",
-                self.stage, local["in"], local["out"], local["rejected"], local["failed"],
-            )
+            seen = " ".join(f"{k}={v}" for k, v in self._local.items() if v)
+            _LOGGER.info("progress %s (this worker): %s", self.stage, seen)
 
 
 def make_failure(
