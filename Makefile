@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 TORCH_SPEC ?= torch==2.13.0
 PYTEST_ARGS ?=
 
-.PHONY: install run test bench clean
+.PHONY: install run test bench bench-env clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -29,3 +29,7 @@ bench: $(STAMP)
 
 clean:
 	rm -rf out .pytest_cache
+
+# Peers (datatrove, ...) for the side-by-side benchmarks, in their own .bench-venv.
+bench-env:
+	bash benchmarks/setup_peers.sh

@@ -21,12 +21,13 @@ from typing import Any, Optional, Union
 
 import yaml
 
+from transforms.clean.clean import CleanConfig
 from transforms.crawl.crawler import CrawlConfig
 from transforms.crawl.fetcher import FetchPolicy
 from transforms.extract.extract import ExtractConfig
 from transforms.readers.tabular import TextFields
 
-STAGES = ("crawl", "extract")
+STAGES = ("crawl", "extract", "clean")
 INPUT_FORMATS = ("warc", "wet", "arc", "jsonl", "parquet")
 
 
@@ -123,6 +124,7 @@ class JobConfig:
     crawl: Optional[CrawlSection] = None
     read: ReadSection = ReadSection()
     extract: ExtractConfig = ExtractConfig()
+    clean: Optional[CleanConfig] = None
     beam_args: tuple[str, ...] = ()
     source_file: str = field(default="", compare=False)
 
@@ -134,6 +136,8 @@ class JobConfig:
             raise ValueError(f"unknown stages {unknown}; known: {list(STAGES)}")
         if "crawl" in self.stages and self.crawl is None:
             raise ValueError("stage 'crawl' needs a crawl: section")
+        if "clean" in self.stages and self.clean is None:
+            raise ValueError("stage 'clean' needs a clean: section")
         if not self.inputs and self.crawl is None:
             raise ValueError("needs inputs: or a crawl: section")
 
@@ -141,7 +145,8 @@ class JobConfig:
         """The stages to run, in pipeline order."""
         if self.stages:
             return tuple(s for s in STAGES if s in self.stages)
-        return tuple(s for s in STAGES if s != "crawl" or self.crawl is not None)
+        optional = {"crawl": self.crawl, "clean": self.clean}
+        return tuple(s for s in STAGES if s not in optional or optional[s] is not None)
 
     def section_hash(self, *names: str) -> str:
         """sha256 of the named sections: a stage's part of the resume fingerprint."""
@@ -212,7 +217,7 @@ def from_mapping(cls: type, data: Any, key: str = "") -> Any:
 
 
 def load_config(path: str, output: Optional[str] = None,
-                stages: Optional[tuple[str, ...]] = None) -> JobConfig:
+                stages: Optional[tuple[str, ...]] = None, check_models: bool = True) -> JobConfig:
     """The validated ``JobConfig`` of a YAML file, with command-line overrides."""
     try:
         with open(path, encoding="utf-8") as fh:
@@ -233,7 +238,34 @@ def load_config(path: str, output: Optional[str] = None,
         raise ConfigError(f"{path}: {exc}") from None
     config = dataclasses.replace(config, source_file=path)
     check_files(config)
+    if check_models:
+        check_model_files(config)
     return config
+
+
+def check_model_files(config: JobConfig) -> None:
+    """Loads every configured model once: a missing or corrupt file fails here, naming
+    the key, before any pipeline starts."""
+    from models.anomaly import AnomalyModel
+    from models.fasttext_models import LanguageIdentifier, TextClassifier
+    from models.files import ModelError
+    from transforms.clean.features import FEATURE_NAMES
+
+    clean = config.clean
+    if clean is None or "clean" not in config.active_stages():
+        return
+    loaders = [("clean.langid.model", clean.langid.model, LanguageIdentifier.load)]
+    if clean.anomaly.model:
+        loaders.append(("clean.anomaly.model", clean.anomaly.model,
+                        lambda p: AnomalyModel.load(p, FEATURE_NAMES)))
+    if clean.quality.model:
+        loaders.append(("clean.quality.model", clean.quality.model,
+                        lambda p: TextClassifier.load(p, clean.quality.positive_label)))
+    for key, path, load in loaders:
+        try:
+            load(path)
+        except ModelError as exc:
+            raise ConfigError(f"{config.source_file}: {key}: {exc}") from None
 
 
 def check_files(config: JobConfig) -> None:

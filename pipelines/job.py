@@ -73,7 +73,7 @@ def metric_totals(result: PipelineResult, stage: str) -> Optional[dict[str, int]
 def _written_files(output: str, stage: str) -> dict[str, list[str]]:
     docs, rejected, failed = stage_dirs(output, stage)[:3]
     return {
-        "docs": list_files(docs, "*.parquet"),
+        "docs": list_files(docs, "*.parquet") + list_files(docs, "*/*.parquet"),
         "rejected": list_files(rejected, "*.parquet"),
         "failed": list_files(failed, "*.parquet"),
     }

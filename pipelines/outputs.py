@@ -67,17 +67,27 @@ class WriteParquet(beam.PTransform):
 class WriteStageOutputs(beam.PTransform):
     """``StageOutputs`` → ``docs/<stage>/``, ``rejected/<stage>/``, ``failed/<stage>/``."""
 
-    def __init__(self, output: str, stage: str, write_kept: bool = True) -> None:
+    def __init__(self, output: str, stage: str, write_kept: bool = True,
+                 languages: tuple[str, ...] = ()) -> None:
         super().__init__()
         self._output = output
         self._stage = stage
         self._write_kept = write_kept
+        self._languages = languages
 
     def expand(self, outputs: StageOutputs) -> beam.pvalue.PDone:
         join = FileSystems.join
-        if self._write_kept:
-            outputs.kept | "WriteDocs" >> WriteParquet(
-                join(self._output, "docs", self._stage), DOC_SCHEMA, doc_to_row)
+        docs_dir = join(self._output, "docs", self._stage)
+        if self._write_kept and self._languages:
+            # docs/<stage>/<lang>/part-...; any other language goes to docs/<stage>/other/.
+            names = list(self._languages) + ["other"]
+            index = {lang: i for i, lang in enumerate(self._languages)}
+            parts = outputs.kept | "ByLanguage" >> beam.Partition(
+                lambda doc, n: index.get(doc.lang, n - 1), len(names))
+            for name, part in zip(names, parts):
+                part | f"WriteDocs[{name}]" >> WriteParquet(join(docs_dir, name), DOC_SCHEMA, doc_to_row)
+        elif self._write_kept:
+            outputs.kept | "WriteDocs" >> WriteParquet(docs_dir, DOC_SCHEMA, doc_to_row)
         outputs.rejected | "WriteRejected" >> WriteParquet(
             join(self._output, "rejected", self._stage), REJECTED_SCHEMA, rejected_to_row)
         outputs.failed | "WriteFailed" >> WriteParquet(

@@ -20,8 +20,9 @@ from apache_beam.io.filesystems import FileSystems
 from pipelines.config import JobConfig
 from pipelines.outputs import FETCH_LOG_SCHEMA, WriteParquet, WriteStageOutputs, fetch_log_row
 from storage.manifest import read_manifest
+from transforms.clean.clean import Clean
 from transforms.crawl.crawler import Crawl
-from transforms.doc import FAILED_SCHEMA, REJECTED_SCHEMA, failure_to_row, rejected_to_row
+from transforms.doc import FAILED_SCHEMA, REJECTED_SCHEMA, doc_from_row, failure_to_row, rejected_to_row
 from transforms.extract.extract import ExtractText
 from transforms.readers.files import FileRef, match_pattern, storage_options_for
 from transforms.readers.tabular import ReadTabular
@@ -156,7 +157,61 @@ def plan_extract(config: JobConfig) -> StagePlan:
     )
 
 
+def upstream_docs(config: JobConfig, stage: str) -> tuple[list[str], str]:
+    """(docs files, fingerprint) of the finished ``stage`` this one reads, from its manifest."""
+    manifest = read_manifest(config.output, stage)
+    if manifest is None:
+        raise RuntimeError(f"needs the {stage!r} stage's output under {config.output}; run it first")
+    files = [path for path in manifest.outputs if f"/docs/{stage}/" in path.replace("\\", "/")]
+    return files, _fingerprint([stage, manifest.config_hash, manifest.inputs_fingerprint,
+                                manifest.finished_at, files])
+
+
+class ReadDocs(beam.PTransform):
+    """Parquet files of ``Doc`` rows (a previous stage's ``docs/``) → ``PCollection[Doc]``."""
+
+    def __init__(self, files: Sequence[str]) -> None:
+        super().__init__()
+        self._files = list(files)
+
+    def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection:
+        if not self._files:
+            return pbegin | "NoDocs" >> beam.Create([])
+        return (
+            pbegin
+            | "DocFiles" >> beam.Create(self._files)
+            | "ReadRows" >> beam.io.ReadAllFromParquet()
+            | "ToDocs" >> beam.Map(doc_from_row)
+        )
+
+
+def plan_clean(config: JobConfig) -> StagePlan:
+    clean = config.clean
+    if clean is None:
+        raise ValueError("clean stage planned without a clean section")
+    from models.files import local_copy, sha256_file
+
+    files, upstream = upstream_docs(config, "extract")
+    models = [sha256_file(local_copy(p)) for p in (clean.langid.model, clean.anomaly.model,
+                                                   clean.quality.model) if p]
+    stage = "clean"
+
+    def build(pipeline: beam.Pipeline) -> None:
+        outputs = pipeline | "ReadDocs" >> ReadDocs(files) | "Clean" >> Clean(clean, stage)
+        languages = clean.langid.languages if clean.langid.route_by_language else ()
+        outputs | "WriteOutputs" >> WriteStageOutputs(config.output, stage, languages=languages)
+
+    return StagePlan(
+        name=stage,
+        config_hash=config.section_hash("clean"),
+        inputs=tuple(files),
+        fingerprint=_fingerprint([upstream, models]),
+        build=build,
+    )
+
+
 PLANNERS: dict[str, Callable[[JobConfig], StagePlan]] = {
     "crawl": plan_crawl,
     "extract": plan_extract,
+    "clean": plan_clean,
 }

@@ -22,12 +22,48 @@ import pyarrow as pa
 
 @dataclass(frozen=True)
 class Signals:
-    """Quality signals computed by the clean stage (None until it runs)."""
+    """Quality signals computed by the clean stage (None until it runs).
+
+    Definitions: ``transforms/clean/signals.py`` (Gopher, C4, FineWeb, statistics).
+    """
 
     chars: float = 0.0
     words: float = 0.0
     lines: float = 0.0
     mean_word_length: float = 0.0
+    symbol_word_ratio: float = 0.0
+    bullet_lines_ratio: float = 0.0
+    ellipsis_lines_ratio: float = 0.0
+    alpha_words_ratio: float = 0.0
+    stop_words: float = 0.0
+    dup_line_frac: float = 0.0
+    dup_para_frac: float = 0.0
+    dup_line_char_frac: float = 0.0
+    dup_para_char_frac: float = 0.0
+    top_2gram_char_frac: float = 0.0
+    top_3gram_char_frac: float = 0.0
+    top_4gram_char_frac: float = 0.0
+    dup_5gram_char_frac: float = 0.0
+    dup_6gram_char_frac: float = 0.0
+    dup_7gram_char_frac: float = 0.0
+    dup_8gram_char_frac: float = 0.0
+    dup_9gram_char_frac: float = 0.0
+    dup_10gram_char_frac: float = 0.0
+    c4_dropped_lines_frac: float = 0.0
+    c4_sentences: float = 0.0
+    c4_lorem_ipsum: float = 0.0
+    c4_curly_bracket: float = 0.0
+    fineweb_line_punct_ratio: float = 0.0
+    fineweb_short_line_ratio: float = 0.0
+    fineweb_dup_line_char_ratio: float = 0.0
+    fineweb_newline_word_ratio: float = 0.0
+    upper_ratio: float = 0.0
+    digit_ratio: float = 0.0
+    non_ascii_ratio: float = 0.0
+    char_entropy: float = 0.0
+    mojibake_ratio: float = 0.0
+    url_ratio: float = 0.0
+    unique_word_ratio: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,50 @@
+"""Reading a finished stage's documents outside Beam (for the model training commands)."""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+from typing import Iterator
+
+import pyarrow.parquet as pq
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
+from pipelines.config import JobConfig
+from storage.manifest import read_manifest
+from transforms.doc import Doc, doc_from_row
+
+
+def stage_doc_files(config: JobConfig, stage: str) -> list[str]:
+    """The Parquet files of ``docs/<stage>/`` that the stage's manifest lists."""
+    manifest = read_manifest(config.output, stage)
+    if manifest is None:
+        raise FileNotFoundError(f"no manifest for stage {stage!r} under {config.output}: run it first")
+    marker = f"/docs/{stage}/"
+    return [path for path in manifest.outputs if marker in path.replace("\\", "/")]
+
+
+def iter_docs(paths: list[str]) -> Iterator[Doc]:
+    for path in paths:
+        with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as fh:
+            pfile = pq.ParquetFile(fh)
+            for group in range(pfile.num_row_groups):
+                for row in pfile.read_row_group(group).to_pylist():
+                    yield doc_from_row(row)
+
+
+def _key(doc_id: str, seed: int) -> int:
+    return int.from_bytes(hashlib.sha1(f"{seed}:{doc_id}".encode()).digest()[:8], "big")
+
+
+def sample_docs(config: JobConfig, stage: str, n: int, seed: int = 0) -> list[Doc]:
+    """A uniform sample of ``n`` documents (bottom-n by a seeded hash of the id: the same
+    sample for the same corpus and seed, in one streaming pass)."""
+    heap: list[tuple[int, str, Doc]] = []
+    for doc in iter_docs(stage_doc_files(config, stage)):
+        item = (-_key(doc.id, seed), doc.id, doc)
+        if len(heap) < n:
+            heapq.heappush(heap, item)
+        elif item[0] > heap[0][0]:
+            heapq.heapreplace(heap, item)
+    return [doc for _, _, doc in sorted(heap, key=lambda t: (-t[0], t[1]))]

@@ -1,0 +1,260 @@
+"""The clean stage: annotate every document, then select by the configured thresholds.
+
+Per batch of documents (``BatchElements``; models loaded once per worker through
+``apache_beam.utils.shared``):
+
+1. PII redaction (e-mail, phone, IP; counted per type) so no output carries them;
+2. language ID (fastText) → ``lang``, ``lang_score``;
+3. quality signals (Gopher, C4, FineWeb, statistics) → ``signals``;
+4. the learned anomaly detector → ``anomaly_score``;
+5. the quality classifier (fastText, DCLM recipe) → ``quality_score``.
+
+Then selection, in this order, each drop with its reason code: ``language``,
+``lang_score``, the first broken Gopher/C4/FineWeb rule (for ``rules_languages`` only),
+``anomaly``, ``quality_low``. With ``quality.top_fraction`` the threshold is the
+corresponding quantile of the scores of the documents that passed everything else.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Iterable, Iterator, Optional, Sequence
+
+import apache_beam as beam
+import numpy as np
+from apache_beam.utils import shared
+
+from transforms.clean.features import FEATURE_NAMES, feature_matrix
+from transforms.clean.pii import redact
+from transforms.clean.rules import QualityRules, first_failure
+from transforms.clean.signals import compute_signals
+from transforms.doc import Doc, Rejected
+from transforms.routing import FAILED, REJECTED, CountFn, StageCounters, StageOutputs, make_failure
+
+_LOGGER = logging.getLogger(__name__)
+
+
+class CleanReason(str, Enum):
+    LANGUAGE = "language"  # not one of the allowed languages
+    LANG_SCORE = "lang_score"  # language-ID confidence below the threshold
+    ANOMALY = "anomaly"  # anomaly score above the detector's threshold
+    QUALITY = "quality_low"  # quality classifier score below the threshold / top fraction
+
+
+@dataclass(frozen=True)
+class LangIdConfig:
+    """fastText language ID. ``languages`` empty: any language is allowed."""
+
+    model: str
+    threshold: float = 0.65  # FineWeb's language-score threshold
+    languages: tuple[str, ...] = ("en",)
+    route_by_language: bool = False
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.threshold <= 1.0:
+            raise ValueError(f"threshold must be in [0, 1], got {self.threshold}")
+        if self.route_by_language and not self.languages:
+            raise ValueError("route_by_language needs an explicit languages list")
+
+
+@dataclass(frozen=True)
+class AnomalyConfig:
+    """The learned anomaly detector (``python -m models.anomaly train``); "" = off."""
+
+    model: str = ""
+    contamination: float = 0.05  # used by the train command to calibrate the threshold
+    threshold: Optional[float] = None  # overrides the artifact's calibrated threshold
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.contamination < 0.5:
+            raise ValueError(f"contamination must be in (0, 0.5), got {self.contamination}")
+
+
+@dataclass(frozen=True)
+class QualityConfig:
+    """The quality classifier (``python -m models.quality train``); "" = off."""
+
+    model: str = ""
+    positive_label: str = "hq"
+    threshold: Optional[float] = 0.5
+    top_fraction: Optional[float] = None  # keep the best fraction instead of a threshold
+
+    def __post_init__(self) -> None:
+        if self.top_fraction is not None and not 0.0 < self.top_fraction <= 1.0:
+            raise ValueError(f"top_fraction must be in (0, 1], got {self.top_fraction}")
+        if self.threshold is not None and not 0.0 <= self.threshold <= 1.0:
+            raise ValueError(f"threshold must be in [0, 1], got {self.threshold}")
+
+
+@dataclass(frozen=True)
+class CleanConfig:
+    langid: LangIdConfig
+    rules: QualityRules = QualityRules()
+    rules_languages: tuple[str, ...] = ("en",)  # Gopher/C4/FineWeb were designed for English
+    anomaly: AnomalyConfig = AnomalyConfig()
+    quality: QualityConfig = QualityConfig()
+    redact_pii: bool = True
+    batch_size: int = 256
+    max_error_ratio: float = 0.05
+
+    def __post_init__(self) -> None:
+        if self.batch_size <= 0:
+            raise ValueError(f"batch_size must be > 0, got {self.batch_size}")
+        if not 0.0 < self.max_error_ratio <= 1.0:
+            raise ValueError(f"max_error_ratio must be in (0, 1], got {self.max_error_ratio}")
+
+
+class Models:
+    """The models of one worker (weak-referenceable for ``shared.Shared``)."""
+
+    def __init__(self, config: CleanConfig) -> None:
+        from models.anomaly import AnomalyModel
+        from models.fasttext_models import LanguageIdentifier, TextClassifier
+
+        self.langid = LanguageIdentifier.load(config.langid.model)
+        self.anomaly = (AnomalyModel.load(config.anomaly.model, FEATURE_NAMES)
+                        if config.anomaly.model else None)
+        self.quality = (TextClassifier.load(config.quality.model, config.quality.positive_label)
+                        if config.quality.model else None)
+
+
+def annotate(docs: Sequence[Doc], models: Models, config: CleanConfig) -> tuple[list[Doc], list[int]]:
+    """The documents with text redacted and every score filled in (batched models), and
+    the PII counts [emails, phones, ips] redacted from them."""
+    texts = []
+    pii = [0, 0, 0]
+    for doc in docs:
+        text = doc.text
+        if config.redact_pii:
+            text, emails, phones, ips = redact(text)
+            pii[0] += emails
+            pii[1] += phones
+            pii[2] += ips
+        texts.append(text)
+    langs = models.langid.predict(texts)
+    signals = [compute_signals(t) for t in texts]
+    anomaly = (models.anomaly.score(feature_matrix(signals)) if models.anomaly is not None
+               else [None] * len(docs))
+    quality = (models.quality.predict(texts) if models.quality is not None else [None] * len(docs))
+    annotated = [
+        dataclasses.replace(doc, text=text, lang=lang, lang_score=score, signals=sig,
+                            anomaly_score=None if a is None else float(a),
+                            quality_score=None if q is None else float(q))
+        for doc, text, (lang, score), sig, a, q in zip(docs, texts, langs, signals, anomaly, quality)
+    ]
+    return annotated, pii
+
+
+def select(doc: Doc, config: CleanConfig, anomaly_threshold: Optional[float]) -> Optional[tuple[str, str]]:
+    """(reason, detail) if the annotated ``doc`` is dropped, else None."""
+    langs = config.langid.languages
+    if langs and doc.lang not in langs:
+        return CleanReason.LANGUAGE.value, f"{doc.lang} ({doc.lang_score:.2f}) not in {list(langs)}"
+    if doc.lang_score < config.langid.threshold:
+        return CleanReason.LANG_SCORE.value, f"{doc.lang} {doc.lang_score:.3f} < {config.langid.threshold}"
+    if doc.signals is not None and (not config.rules_languages or doc.lang in config.rules_languages):
+        failed = first_failure(doc.signals, config.rules)
+        if failed:
+            return failed
+    if anomaly_threshold is not None and doc.anomaly_score is not None \
+            and doc.anomaly_score > anomaly_threshold:
+        return CleanReason.ANOMALY.value, f"{doc.anomaly_score:.4g} > {anomaly_threshold:.4g}"
+    quality = config.quality
+    if quality.top_fraction is None and quality.threshold is not None \
+            and doc.quality_score is not None and doc.quality_score < quality.threshold:
+        return CleanReason.QUALITY.value, f"{doc.quality_score:.3f} < {quality.threshold}"
+    return None
+
+
+class _CleanBatchFn(beam.DoFn):
+    def __init__(self, config: CleanConfig, stage: str) -> None:
+        self._config = config
+        self._stage = stage
+        self._shared = shared.Shared()
+
+    def setup(self) -> None:
+        config = self._config
+        key = f"clean-models:{config.langid.model}|{config.anomaly.model}|{config.quality.model}"
+        self._models = self._shared.acquire(lambda: Models(config), tag=key)
+        self._counters = StageCounters(self._stage)
+        anomaly = self._models.anomaly
+        self._anomaly_threshold = (config.anomaly.threshold if config.anomaly.threshold is not None
+                                   else (anomaly.threshold if anomaly is not None else None))
+
+    def _count_pii(self, pii: list[int]) -> None:
+        for name, count in zip(("pii_email", "pii_phone", "pii_ip"), pii):
+            self._counters.inc(name, count)
+
+    def process(self, batch: list[Doc]) -> Iterator[Any]:
+        try:
+            annotated, pii = annotate(batch, self._models, self._config)
+            self._count_pii(pii)
+        except Exception:  # isolate the document that breaks the batch
+            annotated = []
+            for doc in batch:
+                try:
+                    one, pii = annotate([doc], self._models, self._config)
+                    annotated.extend(one)
+                    self._count_pii(pii)
+                except Exception as exc:
+                    yield beam.pvalue.TaggedOutput(FAILED, make_failure(
+                        self._stage, exc, doc.source, -1, doc.text.encode("utf-8", "replace")))
+        for doc in annotated:
+            verdict = select(doc, self._config, self._anomaly_threshold)
+            if verdict is None:
+                yield doc
+            else:
+                yield beam.pvalue.TaggedOutput(REJECTED, Rejected(doc, verdict[0], verdict[1]))
+
+
+def _split_by_quantile(doc: Doc, threshold: float) -> Iterable[Any]:
+    if doc.quality_score is not None and doc.quality_score < threshold:
+        yield beam.pvalue.TaggedOutput(REJECTED, Rejected(
+            doc, CleanReason.QUALITY.value, f"{doc.quality_score:.3f} < top-fraction cut {threshold:.3f}"))
+    else:
+        yield doc
+
+
+def _cut_of(quantiles: list[float], top_fraction: float) -> float:
+    if not quantiles:
+        return 0.0
+    index = int(round((1.0 - top_fraction) * (len(quantiles) - 1)))
+    return float(quantiles[index])
+
+
+class Clean(beam.PTransform):
+    """``Doc`` → ``StageOutputs``: annotated documents kept, rejected with reasons, failed."""
+
+    def __init__(self, config: CleanConfig, stage: str = "clean") -> None:
+        super().__init__()
+        self._config = config
+        self._stage = stage
+
+    def expand(self, docs: beam.PCollection) -> StageOutputs:
+        stage, config = self._stage, self._config
+        results = (
+            docs
+            | "CountIn" >> beam.ParDo(CountFn(stage, "in"))
+            | "Batch" >> beam.BatchElements(min_batch_size=min(16, config.batch_size),
+                                            max_batch_size=config.batch_size)
+            | "Annotate" >> beam.ParDo(_CleanBatchFn(config, stage)).with_outputs(
+                REJECTED, FAILED, main="kept")
+        )
+        kept, rejected = results["kept"], [results[REJECTED]]
+        if config.quality.model and config.quality.top_fraction is not None:
+            quantiles = (kept | "Scores" >> beam.Map(lambda d: d.quality_score or 0.0)
+                         | "Quantiles" >> beam.ApproximateQuantiles.Globally(1001))
+            split = kept | "TopFraction" >> beam.FlatMap(
+                lambda d, q: _split_by_quantile(d, _cut_of(q or [], config.quality.top_fraction)),
+                q=beam.pvalue.AsSingleton(quantiles, default_value=[])).with_outputs(REJECTED, main="kept")
+            kept = split["kept"]
+            rejected.append(split[REJECTED])
+        all_rejected = tuple(rejected) | "AllRejected" >> beam.Flatten()
+        return StageOutputs(
+            kept=kept | "CountKept" >> beam.ParDo(CountFn(stage, "kept")),
+            rejected=all_rejected | "CountRejected" >> beam.ParDo(CountFn(stage, "rejected")),
+            failed=results[FAILED] | "CountFailed" >> beam.ParDo(CountFn(stage, "failed")),
+        )
