@@ -52,6 +52,7 @@ class LangIdConfig:
     threshold: float = 0.65  # FineWeb's language-score threshold
     languages: tuple[str, ...] = ("en",)
     route_by_language: bool = False
+    max_chars: int = 1000  # the first 1,000 characters decide (fastText's cost is linear)
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.threshold <= 1.0:
@@ -81,6 +82,7 @@ class QualityConfig:
     positive_label: str = "hq"
     threshold: Optional[float] = 0.5
     top_fraction: Optional[float] = None  # keep the best fraction instead of a threshold
+    max_chars: int = 2000
 
     def __post_init__(self) -> None:
         if self.top_fraction is not None and not 0.0 < self.top_fraction <= 1.0:
@@ -114,10 +116,11 @@ class Models:
         from models.anomaly import AnomalyModel
         from models.fasttext_models import LanguageIdentifier, TextClassifier
 
-        self.langid = LanguageIdentifier.load(config.langid.model)
+        self.langid = LanguageIdentifier.load(config.langid.model, config.langid.max_chars)
         self.anomaly = (AnomalyModel.load(config.anomaly.model, FEATURE_NAMES)
                         if config.anomaly.model else None)
-        self.quality = (TextClassifier.load(config.quality.model, config.quality.positive_label)
+        self.quality = (TextClassifier.load(config.quality.model, config.quality.positive_label,
+                                            config.quality.max_chars)
                         if config.quality.model else None)
 
 

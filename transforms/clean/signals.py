@@ -19,6 +19,7 @@ makes them ~20x cheaper than joining strings for every position (benchmarks/).
 from __future__ import annotations
 
 import re
+from itertools import filterfalse
 from typing import Sequence
 
 import numpy as np
@@ -30,10 +31,10 @@ BULLETS = ("•", "-", "*", "·", "‣", "◦", "–")
 TERMINAL_PUNCT = (".", "!", "?", '"', "”", "'", "’", "…", "。", "！", "？")
 C4_POLICY = ("terms of use", "privacy policy", "cookie policy", "uses cookies", "use of cookies",
              "use cookies")
-_PARAGRAPHS = re.compile(r"\n{2,}")
-_LINES = re.compile(r"\n+")
-_SENTENCE_END = re.compile(r"[.!?。！？]+(?:\s|$)")
-_ALPHA_WORD = re.compile(r"[^\W\d_]\S*")  # one per whitespace token holding a letter
+_SENTENCE_PUNCT = ".!?。！？"
+_SENTENCE_ENDS = tuple(p + w for p in _SENTENCE_PUNCT for w in " \n\t")
+_HAS_LETTER = re.compile(r"[^\W\d_]")
+_MOJIBAKE_HINTS = ("\u00c2", "\u00c3", "\u00e2", "\ufffd")
 _URL = re.compile(r"https?://|www\.")
 _MOJIBAKE = re.compile("[\u00c2\u00c3][\u0080-\u00bf]|\u00e2\u20ac|\ufffd")
 _PRIME = np.uint64(1_000_003)
@@ -63,21 +64,27 @@ def _ngram_hashes(ids: np.ndarray, n: int, previous: np.ndarray) -> np.ndarray:
 
 def _top_ngram_chars(hashes: np.ndarray, lengths: np.ndarray) -> int:
     """Characters covered by the most frequent n-gram (count x its length with spaces);
-    ties go to the n-gram seen first, as ``Counter.most_common`` does."""
-    _, first, counts = np.unique(hashes, return_index=True, return_counts=True)
-    best = counts.max()
-    index = first[counts == best].min()
-    return int(lengths[index]) * int(best)
+    ties go to the n-gram seen first, as ``Counter.most_common`` does. Sort-based: 3x
+    cheaper than ``np.unique`` on a few hundred hashes."""
+    ordered = np.sort(hashes)
+    starts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))
+    counts = np.diff(np.append(starts, len(ordered)))
+    best = int(counts.max())
+    if best == 1:
+        return int(lengths[0])
+    tied = ordered[starts[counts == best]]
+    index = min(int(np.flatnonzero(hashes == value)[0]) for value in tied)
+    return int(lengths[index]) * best
 
 
 def _dup_ngram_chars(hashes: np.ndarray, lengths: np.ndarray, n: int) -> int:
     """Characters in duplicated n-grams, skipping n words after each duplicate (datatrove)."""
-    _, first = np.unique(hashes, return_index=True)
-    if len(first) == len(hashes):
+    order = np.argsort(hashes, kind="stable")
+    ordered = hashes[order]
+    repeats = order[1:][ordered[1:] == ordered[:-1]]  # positions repeating an earlier n-gram
+    if len(repeats) == 0:
         return 0
-    is_first = np.zeros(len(hashes), dtype=bool)
-    is_first[first] = True
-    start = int(np.argmin(is_first))  # the first position that repeats an earlier n-gram
+    start = int(repeats.min())  # everything before it is a first occurrence
     values = hashes.tolist()
     seen = set(values[:start])
     chars, idx, total = 0, start, len(values)
@@ -111,16 +118,29 @@ def ngram_signals(words: Sequence[str], text_chars: int) -> dict[str, float]:
         if n in TOP_NGRAMS:
             out[f"top_{n}gram_char_frac"] = _top_ngram_chars(hashes, joined + (n - 1)) / text_chars
         else:
-            out[f"dup_{n}gram_char_frac"] = _dup_ngram_chars(hashes, joined, n) / text_chars
+            chars = _dup_ngram_chars(hashes, joined, n)
+            out[f"dup_{n}gram_char_frac"] = chars / text_chars
+            if chars == 0:  # no repeated n-gram: no longer one repeats either
+                break
     return out
 
 
 def _c4_line_dropped(line: str) -> bool:
     stripped = line.strip()
-    if len(stripped.split()) < 3 or not stripped.endswith(TERMINAL_PUNCT):
+    if not stripped.endswith(TERMINAL_PUNCT) or len(stripped.split(None, 2)) < 3:
         return True
     lower = stripped.lower()
     return "javascript" in lower or any(p in lower for p in C4_POLICY)
+
+
+def _count_if(pattern: re.Pattern[str], text: str, hints: tuple[str, ...]) -> int:
+    """Matches of ``pattern``, skipping the regex scan when no hint substring occurs."""
+    return len(pattern.findall(text)) if any(h in text for h in hints) else 0
+
+
+def count_sentences(text: str) -> int:
+    """Runs of sentence punctuation followed by whitespace or the end of the text."""
+    return sum(text.count(end) for end in _SENTENCE_ENDS) + int(text.endswith(tuple(_SENTENCE_PUNCT)))
 
 
 def char_stats(text: str) -> dict[str, float]:
@@ -130,7 +150,11 @@ def char_stats(text: str) -> dict[str, float]:
         return {"upper_ratio": 0.0, "digit_ratio": 0.0, "non_ascii_ratio": 0.0, "char_entropy": 0.0}
     codes = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
     total = len(codes)
-    _, counts = np.unique(codes, return_counts=True)
+    low = codes < 256
+    counts = np.bincount(codes[low], minlength=256)
+    counts = counts[counts > 0]
+    if not low.all():  # rarer code points: unique over the few of them
+        counts = np.concatenate((counts, np.unique(codes[~low], return_counts=True)[1]))
     probs = counts / total
     return {
         "upper_ratio": float(np.count_nonzero((codes >= 65) & (codes <= 90))) / total,
@@ -145,15 +169,17 @@ def compute_signals(text: str) -> Signals:
     chars = len(text)
     words = text.split()
     n_words = len(words)
-    lines = [line for line in _LINES.split(text) if line.strip()]
+    lines = [line for line in text.split("\n") if line.strip()]
     n_lines = max(len(lines), 1)
-    paragraphs = [p for p in _PARAGRAPHS.split(text.strip()) if p]
+    # re.split(r"\n{2,}") as str.split: 2x cheaper, same paragraphs.
+    paragraphs = [p.strip("\n") for p in text.strip().split("\n\n") if p.strip("\n")]
     dup_lines, dup_line_chars = _duplicates(lines)
     dup_paras, dup_para_chars = _duplicates(paragraphs)
     stripped = [line.strip() for line in lines]
     lower = text.lower()
     kept_c4 = [line for line in stripped if not _c4_line_dropped(line)]
-    alpha_words = len(_ALPHA_WORD.findall(text))
+    alpha_words = sum(map(str.isalpha, words))  # decided in C for most words
+    alpha_words += sum(1 for w in filterfalse(str.isalpha, words) if _HAS_LETTER.search(w))
     ngrams = ngram_signals(words, chars)
     safe_chars = max(chars, 1)
     safe_words = max(n_words, 1)
@@ -173,7 +199,7 @@ def compute_signals(text: str) -> Signals:
         dup_para_char_frac=dup_para_chars / safe_chars,
         **ngrams,
         c4_dropped_lines_frac=1.0 - len(kept_c4) / n_lines if lines else 0.0,
-        c4_sentences=float(sum(len(_SENTENCE_END.findall(line)) for line in kept_c4)),
+        c4_sentences=float(count_sentences("\n".join(kept_c4))),
         c4_lorem_ipsum=float("lorem ipsum" in lower),
         c4_curly_bracket=float("{" in text),
         fineweb_line_punct_ratio=sum(1 for s in stripped if s.endswith(TERMINAL_PUNCT)) / n_lines,
@@ -181,7 +207,7 @@ def compute_signals(text: str) -> Signals:
         fineweb_dup_line_char_ratio=dup_line_chars / safe_chars,
         fineweb_newline_word_ratio=text.count("\n") / safe_words,
         **char_stats(text),
-        mojibake_ratio=len(_MOJIBAKE.findall(text)) / safe_words,
-        url_ratio=len(_URL.findall(lower)) / safe_words,
+        mojibake_ratio=_count_if(_MOJIBAKE, text, _MOJIBAKE_HINTS) / safe_words,
+        url_ratio=_count_if(_URL, lower, ("http", "www.")) / safe_words,
         unique_word_ratio=len(set(words)) / safe_words,
     )

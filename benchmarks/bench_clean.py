@@ -1,0 +1,142 @@
+"""The clean stage, documents/s per core, vs datatrove's filter chain on the same documents.
+
+    .bench-venv/bin/python -m benchmarks.bench_clean      (make bench-env creates .bench-venv)
+
+Documents: ~3 KB chunks of the books in ../shared/data/text plus ~3 KB documents made
+of the Leipzig web sentences of 20 languages (../shared/data/langid). Ours: the whole
+clean annotation and selection (PII redaction, fastText language ID, all Gopher / C4 /
+FineWeb signals and rules, the autoencoder anomaly score, the fastText quality
+classifier), in batches of 256 as the DoFn runs them; also the same through a Beam
+pipeline (FnApiRunner, one worker). Peer: datatrove's GopherRepetitionFilter ->
+GopherQualityFilter -> C4QualityFilter(filter_no_terminal_punct=False) ->
+FineWebQualityFilter, each document stopping at its first rejection, as in a datatrove
+pipeline. CPU time of this one process, torch and fastText on one thread.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from benchmarks.anomalies import clean_chunks
+from models.anomaly import train as train_anomaly
+from models.fasttext_models import train_classifier
+from transforms.clean.clean import AnomalyConfig, CleanConfig, LangIdConfig, Models, QualityConfig, annotate, select
+from transforms.clean.features import FEATURE_NAMES, feature_matrix
+from transforms.clean.signals import compute_signals
+from transforms.doc import Doc
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared" / "data"
+
+
+def documents(size: int = 3000) -> list[str]:
+    docs = clean_chunks(DATA / "text", size)
+    for path in sorted((DATA / "langid" / "lingua_sentences").glob("*.txt")):
+        current = ""
+        for line in path.read_text(encoding="utf-8").splitlines():
+            current += line.strip() + " "
+            if len(current) >= size:
+                docs.append(current.strip())
+                current = ""
+    return docs
+
+
+def build_models(texts: list[str], tmp: str) -> CleanConfig:
+    anomaly_path = os.path.join(tmp, "anomaly.pt")
+    quality_path = os.path.join(tmp, "quality.bin")
+    train_anomaly(feature_matrix([compute_signals(t) for t in texts]), FEATURE_NAMES,
+                  contamination=0.05).save(anomaly_path)
+    half = len(texts) // 2
+    train_classifier(texts[:half], texts[half:], quality_path)
+    return CleanConfig(langid=LangIdConfig(model=str(DATA / "models" / "lid.176.ftz"), languages=()),
+                       anomaly=AnomalyConfig(model=anomaly_path),
+                       quality=QualityConfig(model=quality_path, threshold=0.0))
+
+
+def run_ours(docs: list[Doc], config: CleanConfig, models: Models) -> tuple[float, int]:
+    kept = 0
+    threshold = models.anomaly.threshold if models.anomaly else None
+    t0 = time.process_time()
+    for start in range(0, len(docs), config.batch_size):
+        annotated, _ = annotate(docs[start:start + config.batch_size], models, config)
+        kept += sum(select(d, config, threshold) is None for d in annotated)
+    return time.process_time() - t0, kept
+
+
+def run_beam(docs: list[Doc], config: CleanConfig) -> float:
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from transforms.clean.clean import Clean
+
+    t0 = time.perf_counter()
+    with beam.Pipeline(options=PipelineOptions(["--runner=FnApiRunner"])) as p:
+        out = p | beam.Create(docs) | Clean(config)
+        _ = out.kept | beam.combiners.Count.Globally()
+    return time.perf_counter() - t0
+
+
+def run_datatrove(texts: list[str]) -> tuple[float, int]:
+    from datatrove.data import Document
+    from datatrove.pipeline.filters import (C4QualityFilter, FineWebQualityFilter,
+                                            GopherQualityFilter, GopherRepetitionFilter)
+
+    chain = [GopherRepetitionFilter(), GopherQualityFilter(),
+             C4QualityFilter(filter_no_terminal_punct=False), FineWebQualityFilter()]
+    docs = [Document(text=t, id=str(i)) for i, t in enumerate(texts)]
+    chain[1].filter(docs[0])  # loads spacy's tokenizer outside the timing
+    kept = 0
+    t0 = time.process_time()
+    for doc in docs:
+        ok = True
+        for f in chain:
+            result = f.filter(doc)
+            if result is False or (isinstance(result, tuple) and not result[0]):
+                ok = False
+                break
+        kept += ok
+    return time.process_time() - t0, kept
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--skip-beam", action="store_true")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    texts = documents()
+    docs = [Doc(id=str(i), url="", text=t, source="bench", fetched_at="") for i, t in enumerate(texts)]
+    with tempfile.TemporaryDirectory() as tmp:
+        config = build_models(texts, tmp)
+        models = Models(config)
+        run_ours(docs[:300], config, models)  # warm-up
+        ours_s, ours_kept = min(run_ours(docs, config, models) for _ in range(3))
+        beam_s = None if args.skip_beam else run_beam(docs, config)
+    try:
+        dt_s, dt_kept = run_datatrove(texts)
+    except ImportError:
+        sys.stdout.write("datatrove is not installed here: run with .bench-venv/bin/python\n")
+        dt_s, dt_kept = float("nan"), 0
+    n = len(docs)
+    mean_chars = sum(map(len, texts)) / n
+    sys.stdout.write(f"{n} documents, {mean_chars:.0f} characters on average\n")
+    sys.stdout.write(f"ours: clean annotate+select   {n / ours_s:8.0f} docs/s per core (kept {ours_kept})\n")
+    if beam_s is not None:
+        sys.stdout.write(f"ours: Clean through Beam       {n / beam_s:8.0f} docs/s (wall, FnApiRunner, 1 worker)\n")
+    sys.stdout.write(f"datatrove 4-filter chain       {n / dt_s:8.0f} docs/s per core (kept {dt_kept})\n")
+    sys.stdout.write(f"ratio ours / datatrove         {dt_s / ours_s:8.1f}x\n")
+    sys.stdout.write(json.dumps({"docs": n, "ours_docs_per_s": n / ours_s,
+                                 "beam_docs_per_s": None if beam_s is None else n / beam_s,
+                                 "datatrove_docs_per_s": n / dt_s}) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
