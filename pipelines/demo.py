@@ -1,8 +1,10 @@
-"""``make run``: serve the Python docs with pydoc on 127.0.0.1, crawl and extract them.
+"""``make run``: serve the Python docs with pydoc on 127.0.0.1, crawl, extract and clean them.
 
 Starts ``python -m pydoc -n 127.0.0.1 -p PORT`` (stdin kept open: pydoc's server
 quits on input), waits until it answers, runs ``configs/demo.yaml`` with ``${DEMO_SITE}``
-replaced by the server's URL, prints the count table, and stops the server.
+replaced by the server's URL (crawl and extract, then ``models.anomaly train`` on the
+extracted pages, then every stage again: crawl and extract resume from their manifests,
+clean runs), prints the count table, and stops the server.
 """
 
 from __future__ import annotations
@@ -74,6 +76,22 @@ class PydocSite:
             self._proc = None
 
 
+def _run_demo(config_path: str, output: Optional[str], beam_args: list[str]) -> int:
+    """crawl + extract, train the anomaly detector on the extracted pages, then clean."""
+    from models.anomaly import main as anomaly_main
+
+    base = ["--config", config_path] + (["--output", output] if output else [])
+    code = run_main(base + ["--stages", "crawl,extract"] + beam_args)
+    if code != 0:
+        return code
+    sys.stdout.write("\ntraining the anomaly detector on the extracted pages "
+                     "(python -m models.anomaly train)\n")
+    code = anomaly_main(["train", "--config", config_path, "--stage", "extract"])
+    if code != 0:
+        return code
+    return run_main(base + beam_args)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pipelines.demo", description=__doc__)
     parser.add_argument("--config", default="configs/demo.yaml")
@@ -87,8 +105,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             config_path = os.path.join(tmp, "demo.yaml")
             with open(config_path, "w", encoding="utf-8") as fh:
                 fh.write(template.replace("${DEMO_SITE}", site.url))
-            run_args = ["--config", config_path] + (["--output", args.output] if args.output else [])
-            code = run_main(run_args + list(rest))
+            code = _run_demo(config_path, args.output, list(rest))
     sys.stdout.write("demo site stopped.\n")
     return code
 

@@ -207,10 +207,10 @@ def doc_to_row(doc: Doc) -> dict[str, Any]:
         "lang_hint": doc.lang_hint,
         "lang": doc.lang,
         "lang_score": doc.lang_score,
-        "signals": dataclasses.asdict(signals) if signals is not None else None,
+        "signals": dict(vars(signals)) if signals is not None else None,  # flat: no asdict recursion
         "anomaly_score": doc.anomaly_score,
         "quality_score": doc.quality_score,
-        "labels": [dataclasses.asdict(label) for label in doc.labels],
+        "labels": [dict(vars(label)) for label in doc.labels],
         "dup_cluster": doc.dup_cluster,
         "token_count": doc.token_count,
     }

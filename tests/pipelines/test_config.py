@@ -104,3 +104,25 @@ def test_shipped_configs_are_valid():
     root = Path(__file__).resolve().parents[2] / "configs"
     for name in ("local.yaml",):
         assert load_config(str(root / name)).inputs
+
+
+def clean_config(tmp_path, lid: str, extra: str = "") -> str:
+    return write(tmp_path, good(tmp_path) + f"clean:\n  langid:\n    model: {lid}\n" + extra)
+
+
+def test_missing_or_corrupt_model_fails_before_the_pipeline(tmp_path):
+    with pytest.raises(ConfigError, match=r"clean\.langid\.model: model file not found"):
+        load_config(clean_config(tmp_path, str(tmp_path / "lid.ftz")))
+    corrupt = tmp_path / "corrupt.ftz"
+    corrupt.write_bytes(b"\x00not a model" * 50)
+    with pytest.raises(ConfigError, match=r"clean\.langid\.model: not a fastText model"):
+        load_config(clean_config(tmp_path, str(corrupt)))
+    lid = str(shared("models", "lid.176.ftz"))
+    with pytest.raises(ConfigError, match=r"clean\.anomaly\.model: model file not found"):
+        load_config(clean_config(tmp_path, lid, f"  anomaly:\n    model: {tmp_path}/a.pt\n"))
+    with pytest.raises(ConfigError, match=r"clean\.quality\.model: .*label 'hq'"):
+        load_config(clean_config(tmp_path, lid, f"  quality:\n    model: {lid}\n"))
+    config = load_config(clean_config(tmp_path, lid))
+    assert config.active_stages() == ("extract", "clean")
+    with pytest.raises(ConfigError, match=r"clean\.langid: threshold must be in"):
+        load_config(clean_config(tmp_path, f"{lid}\n    threshold: 7"))

@@ -142,3 +142,53 @@ def test_smoke_other_runners(tmp_path, runner_args):
     assert (counts["records_in"], counts["out"], counts["failed"]) == (104, 100, 4)
     assert counts["failed_by_error"] == {"bad_record": 4}  # from the runner's metrics
     assert len(read_rows(f"{tmp_path}/out/failed/extract/*.parquet")) == 4
+
+
+def test_clean_stage_end_to_end_with_trained_models(tmp_path):
+    """extract -> models.anomaly train -> models.quality train -> clean, per-language routing."""
+    from models.anomaly import main as anomaly_main
+    from models.quality import main as quality_main
+
+    warc = shared("warc")
+    config = tmp_path / "job.yaml"
+    config.write_text(f"""
+output: {tmp_path / 'out'}
+inputs:
+  - format: warc
+    path: {warc}/*.warc.gz
+clean:
+  langid:
+    model: {shared('models', 'lid.176.ftz')}
+    languages: [en, es, de]
+    threshold: 0.5
+    route_by_language: true
+  anomaly:
+    model: {tmp_path / 'models' / 'anomaly.pt'}
+    contamination: 0.1
+  quality:
+    model: {tmp_path / 'models' / 'quality.bin'}
+    threshold: 0.05
+beam_args: ["--runner=FnApiRunner"]
+""")
+    code, table = run(["--config", str(config), "--stages", "extract"])
+    assert code == 0, table
+    assert anomaly_main(["train", "--config", str(config)]) == 0
+    assert quality_main(["train", "--config", str(config), "--positive",
+                         str(shared("text", "pg1342_pride_and_prejudice.txt"))]) == 0
+    code, table = run(["--config", str(config)])
+    assert code == 0, table
+    out = tmp_path / "out"
+    counts = json.loads((out / "manifests" / "clean.json").read_text())["counts"]
+    assert counts["records_in"] == 40
+    assert counts["records_in"] == counts["out"] + counts["rejected"] + counts["failed"]
+    kept = read_rows(f"{out}/docs/clean/*/*.parquet")
+    assert len(kept) == counts["out"] > 0
+    for lang in {d["lang"] for d in kept}:
+        assert glob.glob(f"{out}/docs/clean/{lang}/part-*.parquet")
+    assert all(d["signals"] and d["anomaly_score"] is not None and d["quality_score"] is not None
+               for d in kept)
+    rejected = read_rows(f"{out}/rejected/clean/*.parquet")
+    assert all(r["reason"] and r["reason_detail"] for r in rejected)
+    assert {"language", "anomaly"} & {r["reason"] for r in rejected}
+    code, table = run(["--config", str(config)])
+    assert "resumed" in table.split("clean", 1)[1].splitlines()[0]

@@ -46,6 +46,7 @@ def test_decode_html(payload, declared, expected_text, expected_encoding):
     ("", ""),
     ("\n\n  \n", ""),
     ("😀🎉", "😀🎉"),
+    ("non\u00a0breaking\u2009thin\u3000ideographic", "non breaking thin ideographic"),
 ])
 def test_normalize_text(raw, expected):
     assert normalize_text(raw) == expected

@@ -124,13 +124,22 @@ class Models:
                         if config.quality.model else None)
 
 
+def valid_utf8(text: str) -> str:
+    """``text`` with lone surrogates replaced (fastText and Parquet need valid UTF-8)."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "replace").decode("utf-8")
+
+
 def annotate(docs: Sequence[Doc], models: Models, config: CleanConfig) -> tuple[list[Doc], list[int]]:
     """The documents with text redacted and every score filled in (batched models), and
     the PII counts [emails, phones, ips] redacted from them."""
     texts = []
     pii = [0, 0, 0]
     for doc in docs:
-        text = doc.text
+        text = valid_utf8(doc.text)
         if config.redact_pii:
             text, emails, phones, ips = redact(text)
             pii[0] += emails

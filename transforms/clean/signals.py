@@ -33,10 +33,13 @@ C4_POLICY = ("terms of use", "privacy policy", "cookie policy", "uses cookies", 
              "use cookies")
 _SENTENCE_PUNCT = ".!?。！？"
 _SENTENCE_ENDS = tuple(p + w for p in _SENTENCE_PUNCT for w in " \n\t")
-_HAS_LETTER = re.compile(r"[^\W\d_]")
+_NO_LETTER_TOKEN = re.compile(r"(?<!\S)(?:[^\s\w]|[\d_])+(?!\S)")
 _MOJIBAKE_HINTS = ("\u00c2", "\u00c3", "\u00e2", "\ufffd")
 _URL = re.compile(r"https?://|www\.")
-_MOJIBAKE = re.compile("[\u00c2\u00c3][\u0080-\u00bf]|\u00e2\u20ac|\ufffd")
+# UTF-8 read as Latin-1/cp1252: "Ã" or "Â" then a continuation byte's character
+# (U+0080-U+00BF, or the cp1252 letters and punctuation at 0x80-0x9F), "â€", or U+FFFD.
+_MOJIBAKE = re.compile("[\u00c2\u00c3][\u0080-\u00bf\u0152\u0153\u0160\u0161\u0178\u017d\u017e"
+                       "\u0192\u02c6\u02dc\u2013-\u2122]|\u00e2\u20ac|\ufffd")
 _PRIME = np.uint64(1_000_003)
 TOP_NGRAMS = (2, 3, 4)
 DUP_NGRAMS = (5, 6, 7, 8, 9, 10)
@@ -178,8 +181,9 @@ def compute_signals(text: str) -> Signals:
     stripped = [line.strip() for line in lines]
     lower = text.lower()
     kept_c4 = [line for line in stripped if not _c4_line_dropped(line)]
-    alpha_words = sum(map(str.isalpha, words))  # decided in C for most words
-    alpha_words += sum(1 for w in filterfalse(str.isalpha, words) if _HAS_LETTER.search(w))
+    # Tokens that are not all letters (a minority) are scanned once for letter-free ones.
+    mixed = " ".join(filterfalse(str.isalpha, words))
+    alpha_words = n_words - len(_NO_LETTER_TOKEN.findall(mixed))
     ngrams = ngram_signals(words, chars)
     safe_chars = max(chars, 1)
     safe_words = max(n_words, 1)

@@ -45,6 +45,8 @@ _BOMS = ((codecs.BOM_UTF8, "utf-8"), (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BO
 _HTML_SNIFF = re.compile(rb"<\s*(!doctype\s+html|html|head|body|title|p|div|meta)\b", re.I)
 _BLANK_LINES = re.compile(r"\n\s*\n+")
 _INVISIBLE_START = re.compile(r"<(script|style|svg|noscript|iframe|template)\b|<!--")
+_SPACES = {ord(c): " " for c in "\u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006"
+           "\u2007\u2008\u2009\u200a\u202f\u205f\u3000"}
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 # A "paragraph line" has >= PARAGRAPH_MIN_WORDS words and ends like a sentence, or has
@@ -102,8 +104,10 @@ def looks_like_html(payload: bytes) -> bool:
 
 
 def normalize_text(text: str) -> str:
-    """Strip control characters and lone surrogates, trim lines, collapse blank runs."""
-    text = _CONTROL.sub("", text)
+    """Strip control characters and lone surrogates, turn Unicode spaces (``&nbsp;``
+    and the like, which tokenizers and fastText do not split on) into plain spaces, trim
+    lines, collapse blank runs."""
+    text = _CONTROL.sub("", text).translate(_SPACES)
     text = text.encode("utf-8", "replace").decode("utf-8")
     lines = [line.strip() for line in text.splitlines()]
     return _BLANK_LINES.sub("\n\n", "\n".join(lines)).strip()

@@ -1,0 +1,85 @@
+"""Model wrappers: load checks, train -> save -> load -> same predictions, real accuracy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from benchmarks.anomalies import build
+from benchmarks.bench_anomaly import auroc
+from benchmarks.bench_langid import evaluate
+from models.anomaly import AnomalyModel, train
+from models.fasttext_models import LanguageIdentifier, TextClassifier, train_classifier
+from models.files import ModelError
+from tests.cleanmodels import clean_models  # noqa: F401 (fixture)
+from tests.conftest import shared
+from transforms.clean.features import FEATURE_NAMES, feature_matrix
+from transforms.clean.signals import compute_signals
+
+
+def test_language_id_accuracy_on_real_sentences():
+    shared("langid", "lingua_sentences")
+    rows = evaluate()
+    assert len(rows) == 20
+    assert np.mean([r["accuracy"] for r in rows]) > 0.97
+    assert min(r["accuracy"] for r in rows) > 0.88
+    assert np.mean([r["accuracy_kept"] for r in rows]) > 0.99
+
+
+@pytest.mark.parametrize("text", ["", "😀😀", "a\x00b", "lone \ud800", "x" * 1_000_000])
+def test_language_id_survives_hostile_text(text):
+    model = LanguageIdentifier.load(str(shared("models", "lid.176.ftz")))
+    (lang, score), = model.predict([text.encode("utf-8", "replace").decode("utf-8")])
+    assert isinstance(lang, str) and 0.0 <= score <= 1.0
+
+
+def test_missing_and_corrupt_models(tmp_path):
+    with pytest.raises(ModelError, match="not found"):
+        LanguageIdentifier.load(str(tmp_path / "none.ftz"))
+    bad = tmp_path / "bad.bin"
+    bad.write_bytes(b"\x00garbage" * 100)
+    with pytest.raises(ModelError, match="not a fastText model"):
+        LanguageIdentifier.load(str(bad))
+    with pytest.raises(ModelError, match="not an anomaly model"):
+        AnomalyModel.load(str(bad))
+    with pytest.raises(ModelError, match="label 'hq' not in model labels"):
+        TextClassifier.load(str(shared("models", "lid.176.ftz")))
+
+
+def test_quality_classifier_round_trip_and_accuracy(clean_models, tmp_path):
+    model = TextClassifier.load(clean_models["quality"])
+    books = [t for t, k in zip(*build(shared("text"), per_kind=5, seed=7)) if k == "clean"][:50]
+    spam = ["cheap best price buy online discount casino " * 40, "qwe rty uio pas dfg " * 100]
+    scores = model.predict(books + spam)
+    assert scores[:50].mean() > 0.6 and scores[50:].max() < scores[:50].min()
+    again = TextClassifier.load(clean_models["quality"]).predict(books + spam)
+    assert np.array_equal(scores, again)
+
+
+def test_classifier_training_needs_both_classes(tmp_path):
+    with pytest.raises(ValueError, match="positive and negative"):
+        train_classifier(["a text"], [], str(tmp_path / "m.bin"))
+
+
+def test_anomaly_train_save_load_same_scores_and_beats_heuristics(tmp_path):
+    texts, kinds = build(shared("text"))
+    labels = np.array([k != "clean" for k in kinds], dtype=int)
+    x = feature_matrix([compute_signals(t) for t in texts])
+    model = train(x, FEATURE_NAMES, contamination=float(labels.mean()), seed=0)
+    path = tmp_path / "anomaly.pt"
+    model.save(str(path))
+    loaded = AnomalyModel.load(str(path), FEATURE_NAMES)
+    assert np.allclose(loaded.score(x), model.score(x))
+    assert loaded.threshold == model.threshold
+    assert loaded.metadata["training_rows"] == len(x) and len(loaded.metadata["training_sample_sha256"]) == 64
+    best_single = max(max(auroc(x[:, j], labels), 1 - auroc(x[:, j], labels)) for j in range(x.shape[1]))
+    assert auroc(model.score(x), labels) > best_single
+    with pytest.raises(ModelError, match="retrain"):
+        AnomalyModel.load(str(path), FEATURE_NAMES[:-1])
+
+
+def test_anomaly_train_validates(tmp_path):
+    with pytest.raises(ValueError, match="contamination"):
+        train(np.zeros((20, 3)), ["a", "b", "c"], contamination=0.7)
+    with pytest.raises(ValueError, match="at least 10 rows"):
+        train(np.zeros((5, 3)), ["a", "b", "c"])

@@ -1,0 +1,110 @@
+"""The clean stage transform on real models: kept, rejected with reasons, failed, counters."""
+
+from __future__ import annotations
+
+import apache_beam as beam
+import pytest
+from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.util import assert_that, equal_to
+
+from benchmarks.anomalies import clean_chunks, planted
+from tests.cleanmodels import clean_models, unwrap  # noqa: F401 (fixture)
+from tests.conftest import shared
+from transforms.clean.clean import (AnomalyConfig, Clean, CleanConfig, LangIdConfig, Models,
+                                    QualityConfig, annotate, select)
+from transforms.doc import Doc
+
+
+def doc(doc_id: str, text: str) -> Doc:
+    return Doc(id=doc_id, url=f"http://x/{doc_id}", text=text, source="test", fetched_at="")
+
+
+@pytest.fixture(scope="module")
+def book() -> list[str]:
+    """Book chunks with the hard line wraps undone (paragraph = line, as on the web)."""
+    return [unwrap(chunk) for chunk in clean_chunks(shared("text"))]
+
+
+def config(models: dict[str, str], **quality) -> CleanConfig:
+    return CleanConfig(langid=LangIdConfig(model=models["lid"]),
+                       anomaly=AnomalyConfig(model=models["anomaly"]),
+                       quality=QualityConfig(model=models["quality"], **quality), batch_size=4)
+
+
+def hostile_docs(book: list[str]) -> list[Doc]:
+    import random
+
+    rng = random.Random(3)
+    return [
+        doc("good", book[10]),
+        doc("good-pii", book[11] + "\nWrite to jane.roe@example.org or call +1 415-555-0100."),
+        doc("french", "Ceci est un long texte en français. " * 60),
+        doc("logs", planted("logs", rng, book)),
+        doc("empty", ""),
+        doc("huge-line", "word " * 2_000_000),
+        doc("surrogates", "lone \ud800 surrogate " * 100),
+        doc("emoji", "😀🎉" * 500),
+        doc("nul", "a\x00b " * 500),
+    ]
+
+
+def test_annotate_and_select_every_hostile_input(clean_models, book):
+    cfg = config(clean_models)
+    models = Models(cfg)
+    docs = hostile_docs(book)
+    annotated, pii = annotate(docs, models, cfg)
+    assert pii == [1, 1, 0]
+    by_id = {d.id: d for d in annotated}
+    assert "<EMAIL>" in by_id["good-pii"].text and "<PHONE>" in by_id["good-pii"].text
+    assert by_id["good"].lang == "en" and by_id["good"].lang_score > 0.65
+    assert by_id["good"].signals.words > 300 and by_id["good"].anomaly_score is not None
+    verdicts = {d.id: select(d, cfg, models.anomaly.threshold) for d in annotated}
+    assert verdicts["good"] is None and verdicts["good-pii"] is None
+    assert verdicts["french"][0] == "language"
+    assert all(verdicts[k] is not None for k in ("logs", "empty", "huge-line", "emoji", "nul", "surrogates"))
+    assert "\ud800" not in by_id["surrogates"].text
+
+
+def test_clean_transform_routes_and_counts(clean_models, book, beam_options):
+    # Lone surrogates cannot even be encoded between Beam steps (and never leave the
+    # extract stage, which normalises text); annotate() handles them (test above).
+    docs = [d for d in hostile_docs(book) if d.id != "surrogates"]
+    with TestPipeline(options=beam_options) as p:
+        out = p | beam.Create(docs) | Clean(config(clean_models))
+        assert_that(out.kept | beam.Map(lambda d: d.id), equal_to(["good", "good-pii"]), label="kept")
+        assert_that(out.rejected | beam.Map(lambda r: r.doc.id),
+                    equal_to([d.id for d in docs if not d.id.startswith("good")]), label="rejected")
+        assert_that(out.failed, equal_to([]), label="failed")
+    counters = {c.key.metric.name: c.committed for c in p.result.metrics().query()["counters"]}
+    assert counters["records_in"] == 8 and counters["records_out"] == 2
+    assert counters["rejected_language"] >= 1 and counters["pii_email"] == 1
+    assert sum(v for k, v in counters.items() if k.startswith("rejected_")) == 6
+
+
+def test_top_fraction_keeps_the_best(clean_models, book, beam_options):
+    docs = [doc(str(i), text) for i, text in enumerate(book[20:60])]
+    cfg = config(clean_models, threshold=None, top_fraction=0.5)
+    cfg = CleanConfig(langid=cfg.langid, quality=cfg.quality, batch_size=8,
+                      rules_languages=(), rules=cfg.rules.__class__(families=()))
+    with TestPipeline(options=beam_options) as p:
+        out = p | beam.Create(docs) | Clean(cfg)
+        kept = out.kept | "CountKept" >> beam.combiners.Count.Globally()
+        assert_that(kept, lambda got: _between(got[0], 15, 25), label="half kept")
+        reasons = out.rejected | beam.Map(lambda r: r.reason) | beam.Distinct()
+        assert_that(reasons, equal_to(["quality_low"]), label="reasons")
+
+
+def _between(value: int, low: int, high: int) -> None:
+    if not low <= value <= high:
+        raise AssertionError(f"{value} not in [{low}, {high}]")
+
+
+def test_clean_config_validates():
+    with pytest.raises(ValueError, match="threshold"):
+        LangIdConfig(model="x", threshold=1.5)
+    with pytest.raises(ValueError, match="route_by_language"):
+        LangIdConfig(model="x", languages=(), route_by_language=True)
+    with pytest.raises(ValueError, match="top_fraction"):
+        QualityConfig(top_fraction=0.0)
+    with pytest.raises(ValueError, match="contamination"):
+        AnomalyConfig(contamination=0.9)
