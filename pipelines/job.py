@@ -45,6 +45,7 @@ class StageReport:
     skipped: bool
     seconds: float
     outputs: tuple[str, ...]
+    counters: tuple[tuple[str, int], ...] = ()  # other counters: pii_*, skipped_*, ...
 
 
 def pipeline_options(config: JobConfig, cli_args: Sequence[str]) -> PipelineOptions:
@@ -105,7 +106,8 @@ def run_stage(config: JobConfig, plan: StagePlan, options: PipelineOptions, forc
             and previous.matches(plan.config_hash, plan.fingerprint, version)
             and outputs_exist(previous)):
         _LOGGER.info("stage %s: manifest matches config and inputs, skipped", plan.name)
-        return StageReport(plan.name, previous.counts, True, 0.0, tuple(previous.outputs))
+        return StageReport(plan.name, previous.counts, True, 0.0, tuple(previous.outputs),
+                           tuple(previous.extra.get("counters", {}).items()))
     clear_stage(config.output, plan.name)
     started, t0 = now_iso(), time.perf_counter()
     _LOGGER.info("stage %s: running on %d inputs", plan.name, len(plan.inputs))
@@ -113,7 +115,10 @@ def run_stage(config: JobConfig, plan: StagePlan, options: PipelineOptions, forc
     plan.build(pipeline)
     result = pipeline.run()
     result.wait_until_finish()
-    counts, outputs = collect_counts(config.output, plan, metric_totals(result, plan.name))
+    totals = metric_totals(result, plan.name)
+    counts, outputs = collect_counts(config.output, plan, totals)
+    other = {k: v for k, v in sorted((totals or {}).items())
+             if k not in ("records_in", "records_out") and not k.startswith(("rejected_", "failed_"))}
     seconds = time.perf_counter() - t0
     if not counts.reconciles:
         _LOGGER.error("stage %s does not reconcile: in=%d out=%d rejected=%d failed=%d", plan.name,
@@ -123,11 +128,11 @@ def run_stage(config: JobConfig, plan: StagePlan, options: PipelineOptions, forc
         code_version=version, counts=counts, inputs=list(plan.inputs), outputs=outputs,
         started_at=started, finished_at=now_iso(),
         runner=str(options.view_as(StandardOptions).runner),
-        extra={"seconds": round(seconds, 3)},
+        extra={"seconds": round(seconds, 3), "counters": other},
     ))
     _LOGGER.info("stage %s: done in %.1fs (in=%d out=%d rejected=%d failed=%d)", plan.name, seconds,
                  counts.records_in, counts.out, counts.rejected, counts.failed)
-    return StageReport(plan.name, counts, False, seconds, tuple(outputs))
+    return StageReport(plan.name, counts, False, seconds, tuple(outputs), tuple(other.items()))
 
 
 def run_job(config: JobConfig, cli_args: Sequence[str] = (), force: bool = False) -> list[StageReport]:
