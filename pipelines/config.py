@@ -23,11 +23,12 @@ import yaml
 
 from transforms.clean.clean import CleanConfig
 from transforms.crawl.crawler import CrawlConfig
+from transforms.dedup.dedup import DedupConfig
 from transforms.crawl.fetcher import FetchPolicy
 from transforms.extract.extract import ExtractConfig
 from transforms.readers.tabular import TextFields
 
-STAGES = ("crawl", "extract", "clean")
+STAGES = ("crawl", "extract", "clean", "dedup_exact", "dedup_minhash")
 INPUT_FORMATS = ("warc", "wet", "arc", "jsonl", "parquet")
 
 
@@ -125,6 +126,7 @@ class JobConfig:
     read: ReadSection = ReadSection()
     extract: ExtractConfig = ExtractConfig()
     clean: Optional[CleanConfig] = None
+    dedup: Optional[DedupConfig] = None
     beam_args: tuple[str, ...] = ()
     source_file: str = field(default="", compare=False)
 
@@ -138,6 +140,8 @@ class JobConfig:
             raise ValueError("stage 'crawl' needs a crawl: section")
         if "clean" in self.stages and self.clean is None:
             raise ValueError("stage 'clean' needs a clean: section")
+        if {"dedup_exact", "dedup_minhash"} & set(self.stages) and self.dedup is None:
+            raise ValueError("the dedup stages need a dedup: section")
         if not self.inputs and self.crawl is None:
             raise ValueError("needs inputs: or a crawl: section")
 
@@ -145,7 +149,8 @@ class JobConfig:
         """The stages to run, in pipeline order."""
         if self.stages:
             return tuple(s for s in STAGES if s in self.stages)
-        optional = {"crawl": self.crawl, "clean": self.clean}
+        optional = {"crawl": self.crawl, "clean": self.clean, "dedup_exact": self.dedup,
+                    "dedup_minhash": self.dedup}
         return tuple(s for s in STAGES if s not in optional or optional[s] is not None)
 
     def section_hash(self, *names: str) -> str:

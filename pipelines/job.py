@@ -111,11 +111,14 @@ def run_stage(config: JobConfig, plan: StagePlan, options: PipelineOptions, forc
     clear_stage(config.output, plan.name)
     started, t0 = now_iso(), time.perf_counter()
     _LOGGER.info("stage %s: running on %d inputs", plan.name, len(plan.inputs))
-    pipeline = beam.Pipeline(options=options)
-    plan.build(pipeline)
-    result = pipeline.run()
-    result.wait_until_finish()
-    totals = metric_totals(result, plan.name)
+    if plan.runner is not None:
+        totals: Optional[dict[str, int]] = plan.runner(options)
+    else:
+        pipeline = beam.Pipeline(options=options)
+        plan.build(pipeline)
+        result = pipeline.run()
+        result.wait_until_finish()
+        totals = metric_totals(result, plan.name)
     counts, outputs = collect_counts(config.output, plan, totals)
     other = {k: v for k, v in sorted((totals or {}).items())
              if k not in ("records_in", "records_out") and not k.startswith(("rejected_", "failed_"))}

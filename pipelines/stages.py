@@ -11,17 +11,19 @@ import hashlib
 import json
 import logging
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Optional, Sequence
 
 import apache_beam as beam
 import fsspec
+from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.io.filesystems import FileSystems
 
-from pipelines.config import JobConfig
+from pipelines.config import STAGES, JobConfig
 from pipelines.outputs import FETCH_LOG_SCHEMA, WriteParquet, WriteStageOutputs, fetch_log_row
 from storage.manifest import read_manifest
 from transforms.clean.clean import Clean
 from transforms.crawl.crawler import Crawl
+from transforms.dedup.dedup import ExactDedup
 from transforms.doc import FAILED_SCHEMA, REJECTED_SCHEMA, doc_from_row, failure_to_row, rejected_to_row
 from transforms.extract.extract import ExtractText
 from transforms.readers.files import FileRef, match_pattern, storage_options_for
@@ -42,6 +44,8 @@ class StagePlan:
     fingerprint: str
     build: Callable[[beam.Pipeline], None]
     writes_docs: bool = True
+    # A stage made of several pipelines runs itself and returns its counter totals.
+    runner: Optional[Callable[[PipelineOptions], dict[str, int]]] = None
 
 
 def _fingerprint(items: Sequence[object]) -> str:
@@ -210,8 +214,47 @@ def plan_clean(config: JobConfig) -> StagePlan:
     )
 
 
+def _docs_before(config: JobConfig, stage: str) -> str:
+    """The nearest earlier stage that writes documents and is part of this job."""
+    order = [s for s in ("extract", "clean", "dedup_exact") if s in STAGES[:STAGES.index(stage)]]
+    present = [s for s in order if s == "extract" or getattr(config, s.split("_")[0], None) is not None]
+    return present[-1]
+
+
+def plan_dedup_exact(config: JobConfig) -> StagePlan:
+    dedup = config.dedup
+    if dedup is None:
+        raise ValueError("dedup stage planned without a dedup section")
+    files, upstream = upstream_docs(config, _docs_before(config, "dedup_exact"))
+    stage = "dedup_exact"
+
+    def build(pipeline: beam.Pipeline) -> None:
+        outputs = pipeline | "ReadDocs" >> ReadDocs(files) | "Exact" >> ExactDedup(dedup, stage)
+        outputs | "WriteOutputs" >> WriteStageOutputs(config.output, stage)
+
+    return StagePlan(name=stage, config_hash=config.section_hash("dedup"), inputs=tuple(files),
+                     fingerprint=_fingerprint([upstream]), build=build)
+
+
+def plan_dedup_minhash(config: JobConfig) -> StagePlan:
+    dedup = config.dedup
+    if dedup is None:
+        raise ValueError("dedup stage planned without a dedup section")
+    from pipelines.dedup_stage import NearDedupDriver
+
+    files, upstream = upstream_docs(config, "dedup_exact")
+    driver = NearDedupDriver(dedup, config.output, files, ReadDocs)
+    index = [m.path for m in FileSystems.match([FileSystems.join(dedup.index, "*", "*.parquet")])[0].metadata_list] \
+        if dedup.index else []
+    return StagePlan(name="dedup_minhash", config_hash=config.section_hash("dedup"), inputs=tuple(files),
+                     fingerprint=_fingerprint([upstream, sorted(index)]), build=lambda p: None,
+                     runner=driver.run)
+
+
 PLANNERS: dict[str, Callable[[JobConfig], StagePlan]] = {
     "crawl": plan_crawl,
     "extract": plan_extract,
     "clean": plan_clean,
+    "dedup_exact": plan_dedup_exact,
+    "dedup_minhash": plan_dedup_minhash,
 }

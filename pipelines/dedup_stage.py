@@ -1,0 +1,178 @@
+"""The near-duplicate stage driver: several Beam pipelines, one stage.
+
+1. ``edges-000``: band keys of the documents (and of earlier runs' index) → bucket edges;
+2. large-star / small-star rounds, one pipeline each, ``edges-NNN`` → ``edges-NNN+1``,
+   until the edge set is unchanged (edge count and an order-free checksum);
+3. documents joined with their component root → kept / ``near_duplicate``; the kept
+   documents' band keys extend the signature index (``dedup.index``).
+
+Intermediate edges live under ``<output>/work/dedup_minhash/`` (deleted on rerun).
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timezone
+from typing import Any, Callable, Optional
+
+import apache_beam as beam
+import pyarrow as pa
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.metrics import Metrics
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from pipelines.outputs import WriteParquet, WriteStageOutputs
+from transforms.dedup.components import StarRound, edge_checksum
+from transforms.dedup.dedup import BandKeys, BucketEdges, DedupConfig, assign_component
+from transforms.doc import Doc
+from transforms.routing import REJECTED, CountFn, StageOutputs
+
+_LOGGER = logging.getLogger(__name__)
+
+EDGE_SCHEMA = pa.schema([("a", pa.string()), ("b", pa.string())])
+INDEX_SCHEMA = pa.schema([("node", pa.string()), ("band_key", pa.binary())])
+
+
+def _edge_row(edge: tuple[str, str]) -> dict[str, str]:
+    return {"a": edge[0], "b": edge[1]}
+
+
+class _EdgeStatsFn(beam.DoFn):
+    def __init__(self, namespace: str) -> None:
+        self._count = Metrics.counter(namespace, "edges")
+        self._sum = Metrics.counter(namespace, "edge_checksum")
+
+    def process(self, edge: tuple[str, str]) -> Any:
+        self._count.inc()
+        self._sum.inc(edge_checksum(edge) >> 33)  # 31 bits: sums of billions fit in int64
+        yield edge
+
+
+def _read_edges(pipeline: beam.Pipeline, directory: str) -> beam.PCollection:
+    pattern = FileSystems.join(directory, "*.parquet")
+    return (pipeline | "ReadEdges" >> beam.io.ReadFromParquet(pattern)
+            | "ToEdges" >> beam.Map(lambda r: (r["a"], r["b"])))
+
+
+def _counter(result: Any, namespace: str, name: str) -> int:
+    from apache_beam.metrics.metric import MetricsFilter
+
+    total = 0
+    for c in result.metrics().query(MetricsFilter().with_namespace(namespace).with_name(name))["counters"]:
+        total += int(c.committed if c.committed is not None else c.attempted or 0)
+    return total
+
+
+def _run(options: PipelineOptions, build: Callable[[beam.Pipeline], None]) -> Any:
+    pipeline = beam.Pipeline(options=options)
+    build(pipeline)
+    result = pipeline.run()
+    result.wait_until_finish()
+    return result
+
+
+class NearDedupDriver:
+    """Runs the near-duplicate stage; ``run`` returns the stage's counter totals."""
+
+    def __init__(self, config: DedupConfig, output: str, doc_files: list[str], read_docs: Any,
+                 stage: str = "dedup_minhash") -> None:
+        self.config = config
+        self.output = output
+        self.doc_files = doc_files
+        self.read_docs = read_docs
+        self.stage = stage
+        self.work = FileSystems.join(output, "work", stage)
+        self.rounds = 0
+
+    def _edges_dir(self, k: int) -> str:
+        return FileSystems.join(self.work, f"edges-{k:03d}")
+
+    def _index_files(self) -> list[str]:
+        if not self.config.index:
+            return []
+        match = FileSystems.match([FileSystems.join(self.config.index, "*", "part-*.parquet")])[0]
+        return sorted(m.path for m in match.metadata_list)
+
+    def _build_edges(self, pipeline: beam.Pipeline) -> None:
+        config = self.config
+        docs = pipeline | "ReadDocs" >> self.read_docs(self.doc_files)
+        keyed = (docs | "Nodes" >> beam.Map(lambda d: (config.node(d), d.text))
+                 | "Keys" >> BandKeys(config.minhash))
+        keyed | "WriteKeys" >> WriteParquet(FileSystems.join(self.work, "band_keys"), INDEX_SCHEMA,
+                                            lambda kv: {"node": kv[1], "band_key": kv[0]})
+        index_files = self._index_files()
+        if index_files:
+            old = (pipeline | "IndexFiles" >> beam.Create(index_files)
+                   | "ReadIndex" >> beam.io.ReadAllFromParquet()
+                   | "OldKeys" >> beam.Map(lambda r: (r["band_key"], "0" + r["node"][1:])))
+            keyed = (keyed, old) | "WithIndex" >> beam.Flatten()
+        (keyed | "Edges" >> BucketEdges(config.minhash.salts)
+         | "Stats" >> beam.ParDo(_EdgeStatsFn("dedup_edges"))
+         | "WriteEdges" >> WriteParquet(self._edges_dir(0), EDGE_SCHEMA, _edge_row))
+
+    def _build_round(self, k: int) -> Callable[[beam.Pipeline], None]:
+        def build(pipeline: beam.Pipeline) -> None:
+            (_read_edges(pipeline, self._edges_dir(k)) | "Round" >> StarRound()
+             | "Stats" >> beam.ParDo(_EdgeStatsFn("dedup_edges"))
+             | "WriteEdges" >> WriteParquet(self._edges_dir(k + 1), EDGE_SCHEMA, _edge_row))
+        return build
+
+    def _build_final(self, final: int) -> Callable[[beam.Pipeline], None]:
+        config, stage = self.config, self.stage
+
+        def build(pipeline: beam.Pipeline) -> None:
+            docs = (pipeline | "ReadDocs" >> self.read_docs(self.doc_files)
+                    | "CountIn" >> beam.ParDo(CountFn(stage, "in"))
+                    | "KeyDocs" >> beam.Map(lambda d: (config.node(d), d)))
+            edges = _read_edges(pipeline, self._edges_dir(final))
+            roots = ((edges, edges | "Roots" >> beam.Map(lambda e: (e[1], e[1])) | beam.Distinct())
+                     | "AllRoots" >> beam.Flatten())
+            joined = ({"docs": docs, "roots": roots} | "Join" >> beam.CoGroupByKey()
+                      | "Assign" >> beam.FlatMap(assign_component).with_outputs(REJECTED, main="kept"))
+            kept = joined["kept"] | "CountKept" >> beam.ParDo(CountFn(stage, "kept"))
+            outputs = StageOutputs(
+                kept=kept,
+                rejected=joined[REJECTED] | "CountRejected" >> beam.ParDo(CountFn(stage, "rejected")),
+                failed=pipeline | "NoFailures" >> beam.Create([]))
+            outputs | "Write" >> WriteStageOutputs(self.output, stage)
+            if config.index:
+                self._extend_index(pipeline, kept)
+        return build
+
+    def _extend_index(self, pipeline: beam.Pipeline, kept: beam.PCollection) -> None:
+        config = self.config
+        run = datetime.now(timezone.utc).strftime("run-%Y%m%dT%H%M%S")
+        keys = (pipeline | "ReadKeys" >> beam.io.ReadFromParquet(
+            FileSystems.join(self.work, "band_keys", "*.parquet"))
+            | "KeyByNode" >> beam.Map(lambda r: (r["node"], r["band_key"])))
+        kept_nodes = kept | "KeptNodes" >> beam.Map(lambda d: (config.node(d), True))
+        ({"keys": keys, "kept": kept_nodes} | "JoinKept" >> beam.CoGroupByKey()
+         | "KeptKeys" >> beam.FlatMap(lambda kv: [(kv[0], k) for k in kv[1]["keys"]] if kv[1]["kept"] else [])
+         | "WriteIndex" >> WriteParquet(FileSystems.join(config.index, run), INDEX_SCHEMA,
+                                        lambda nk: {"node": nk[0], "band_key": nk[1]}))
+
+    def run(self, options: PipelineOptions) -> dict[str, int]:
+        if FileSystems.exists(self.work):
+            FileSystems.delete([self.work])
+        result = _run(options, self._build_edges)
+        previous = (_counter(result, "dedup_edges", "edges"), _counter(result, "dedup_edges", "edge_checksum"))
+        k = 0
+        while k < self.config.minhash.max_rounds:
+            result = _run(options, self._build_round(k))
+            k += 1
+            current = (_counter(result, "dedup_edges", "edges"), _counter(result, "dedup_edges", "edge_checksum"))
+            _LOGGER.info("dedup round %d: %d edges", k, current[0])
+            if current == previous:
+                break
+            previous = current
+        else:
+            _LOGGER.warning("connected components did not converge in %d rounds", k)
+        self.rounds = k
+        result = _run(options, self._build_final(k))
+        from apache_beam.metrics.metric import MetricsFilter
+
+        totals: dict[str, int] = {"cc_rounds": k, "edges": previous[0]}
+        for c in result.metrics().query(MetricsFilter().with_namespace(self.stage))["counters"]:
+            value = c.committed if c.committed is not None else c.attempted
+            totals[c.key.metric.name] = totals.get(c.key.metric.name, 0) + int(value or 0)
+        return totals

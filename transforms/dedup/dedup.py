@@ -1,0 +1,242 @@
+"""Deduplication stages: exact (normalised text hash, URL) and MinHash-LSH near-duplicates.
+
+Exact: documents are grouped by normalised URL, then by the sha1 of their normalised text;
+one per group is kept (the first by the ranking rule), the others are rejected as
+``duplicate_url`` / ``duplicate_text`` with the id they duplicate.
+
+Near: signatures (``MinHasher``, batched) → one key per LSH band → buckets. A bucket is
+grouped under ``salts`` sub-keys first (each links its members to its smallest node),
+then the sub-bucket minima are linked under the bucket key, so a bucket shared by
+millions of boilerplate pages never lands on one worker. The edges go through the
+large-star / small-star rounds (``components.py``), run by the stage driver until a
+round changes nothing; the root of each component is the document to keep.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import zlib
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Iterable, Iterator, Optional
+
+import apache_beam as beam
+
+from transforms.crawl.urls import normalize_url
+from transforms.dedup.components import Edge, node_key
+from transforms.dedup.minhash import MinHasher, band_keys, is_empty, normalize_for_dedup, optimal_bands
+from transforms.doc import Doc, Rejected
+from transforms.routing import REJECTED, CountFn, StageOutputs
+
+
+class DedupReason(str, Enum):
+    DUPLICATE_URL = "duplicate_url"
+    DUPLICATE_TEXT = "duplicate_text"
+    NEAR_DUPLICATE = "near_duplicate"
+
+
+@dataclass(frozen=True)
+class MinHashConfig:
+    num_perm: int = 112
+    bands: int = 14
+    rows: int = 8
+    ngram: int = 5
+    seed: int = 1
+    threshold: Optional[float] = None  # set: bands x rows from datasketch's optimiser
+    compat: bool = False  # datasketch-identical signatures (sha1 per shingle, slower)
+    batch_size: int = 256
+    salts: int = 16
+    max_rounds: int = 50
+
+    def __post_init__(self) -> None:
+        if self.threshold is not None and not 0.0 < self.threshold < 1.0:
+            raise ValueError(f"threshold must be in (0, 1), got {self.threshold}")
+        if self.threshold is None and self.bands * self.rows > self.num_perm:
+            raise ValueError(f"bands x rows ({self.bands} x {self.rows}) exceeds num_perm {self.num_perm}")
+        for name in ("num_perm", "bands", "rows", "ngram", "batch_size", "salts", "max_rounds"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0")
+
+    def layout(self) -> tuple[int, int]:
+        """(bands, rows) actually used."""
+        if self.threshold is not None:
+            return optimal_bands(self.threshold, self.num_perm)
+        return self.bands, self.rows
+
+    def hasher(self) -> MinHasher:
+        return MinHasher(num_perm=self.num_perm, seed=self.seed, ngram=self.ngram, compat=self.compat)
+
+
+@dataclass(frozen=True)
+class DedupConfig:
+    """``keep``: smallest_id or highest_quality (then smallest id)."""
+
+    exact_text: bool = True
+    exact_url: bool = True
+    keep: str = "smallest_id"
+    minhash: MinHashConfig = MinHashConfig()
+    index: str = ""  # signature index of earlier runs (cross-dump dedup); "" = none
+
+    def __post_init__(self) -> None:
+        if self.keep not in ("smallest_id", "highest_quality"):
+            raise ValueError(f"keep must be smallest_id or highest_quality, got {self.keep!r}")
+
+    def node(self, doc: Doc, previous_run: bool = False) -> str:
+        quality = doc.quality_score if self.keep == "highest_quality" else None
+        if self.keep == "highest_quality" and quality is None:
+            quality = 0.0
+        return node_key(doc.id, previous_run, quality)
+
+
+def text_key(doc: Doc) -> str:
+    return hashlib.sha1(normalize_for_dedup(doc.text).encode("utf-8")).hexdigest()
+
+
+class _KeepFirstFn(beam.DoFn):
+    """In a group of duplicates keep the first by ``DedupConfig.node``, reject the rest."""
+
+    def __init__(self, config: DedupConfig, reason: DedupReason) -> None:
+        self._config = config
+        self._reason = reason
+
+    def process(self, group: tuple[str, Iterable[Doc]]) -> Iterator[Any]:
+        docs = sorted(group[1], key=self._config.node)
+        yield docs[0]
+        for doc in docs[1:]:
+            yield beam.pvalue.TaggedOutput(REJECTED, Rejected(doc, self._reason.value, f"duplicate of {docs[0].id}"))
+
+
+def _url_key(doc: Doc) -> str:
+    return (normalize_url(doc.url) if doc.url else None) or f"\x00no-url:{doc.id}"
+
+
+class ExactDedup(beam.PTransform):
+    """``Doc`` → ``StageOutputs``: URL duplicates, then text duplicates, rejected."""
+
+    def __init__(self, config: DedupConfig, stage: str = "dedup_exact") -> None:
+        super().__init__()
+        self._config = config
+        self._stage = stage
+
+    def expand(self, docs: beam.PCollection) -> StageOutputs:
+        stage = self._stage
+        current = docs | "CountIn" >> beam.ParDo(CountFn(stage, "in"))
+        rejected = []
+        steps = [("Url", _url_key, DedupReason.DUPLICATE_URL, self._config.exact_url),
+                 ("Text", text_key, DedupReason.DUPLICATE_TEXT, self._config.exact_text)]
+        for name, key, reason, enabled in steps:
+            if not enabled:
+                continue
+            out = (current
+                   | f"KeyBy{name}" >> beam.Map(lambda d, k=key: (k(d), d))
+                   | f"Group{name}" >> beam.GroupByKey()
+                   | f"Keep{name}" >> beam.ParDo(_KeepFirstFn(self._config, reason)).with_outputs(
+                       REJECTED, main="kept"))
+            current = out["kept"]
+            rejected.append(out[REJECTED])
+        all_rejected = (tuple(rejected) or (docs | "NoRejects" >> beam.Create([]),)) | "AllRejected" >> beam.Flatten()
+        return StageOutputs(
+            kept=current | "CountKept" >> beam.ParDo(CountFn(stage, "kept")),
+            rejected=all_rejected | "CountRejected" >> beam.ParDo(CountFn(stage, "rejected")),
+            failed=docs.pipeline | "NoFailures" >> beam.Create([]),
+        )
+
+
+# --- near duplicates ---------------------------------------------------------------
+
+class _BandKeysFn(beam.DoFn):
+    """Batches of (node, text) → (band key, node) for every band of every signature."""
+
+    def __init__(self, config: MinHashConfig) -> None:
+        self._config = config
+
+    def setup(self) -> None:
+        self._hasher = self._config.hasher()
+        self._bands, self._rows = self._config.layout()
+
+    def process(self, batch: list[tuple[str, str]]) -> Iterator[tuple[bytes, str]]:
+        signatures = self._hasher.signatures([text for _, text in batch])
+        for (node, _), signature in zip(batch, signatures):
+            if is_empty(signature):
+                continue  # no shingles: nothing to compare
+            for key in band_keys(signature, self._bands, self._rows):
+                yield key, node
+
+
+def _salted(item: tuple[bytes, str], salts: int) -> tuple[tuple[bytes, int], str]:
+    key, node = item
+    return (key, zlib.crc32(node.encode()) % salts), node
+
+
+def _link_to_min(group: tuple[Any, Iterable[str]]) -> Iterator[Any]:
+    """Star edges to the smallest node of the (sub-)bucket; the minimum goes on as 'min'."""
+    key, nodes = group
+    members = sorted(set(nodes))
+    for node in members[1:]:
+        yield node, members[0]
+    yield beam.pvalue.TaggedOutput("min", (key[0] if isinstance(key, tuple) else key, members[0]))
+
+
+class BandKeys(beam.PTransform):
+    """``PCollection[(node, text)]`` → ``PCollection[(band key, node)]`` (batched MinHash)."""
+
+    def __init__(self, config: MinHashConfig) -> None:
+        super().__init__()
+        self._config = config
+
+    def expand(self, nodes: beam.PCollection) -> beam.PCollection:
+        return (
+            nodes
+            | "Batch" >> beam.BatchElements(min_batch_size=8, max_batch_size=self._config.batch_size)
+            | "BandKeys" >> beam.ParDo(_BandKeysFn(self._config))
+        )
+
+
+class BucketEdges(beam.PTransform):
+    """``PCollection[(band key, node)]`` → ``PCollection[Edge]``: star edges inside every
+    bucket, grouped under salted sub-keys first so no bucket is a hot key."""
+
+    def __init__(self, salts: int) -> None:
+        super().__init__()
+        self._salts = salts
+
+    def expand(self, keyed: beam.PCollection) -> beam.PCollection:
+        sub = (
+            keyed
+            | "Salt" >> beam.Map(_salted, self._salts)
+            | "GroupSub" >> beam.GroupByKey()
+            | "LinkSub" >> beam.FlatMap(_link_to_min).with_outputs("min", main="edges")
+        )
+        top = (
+            sub["min"]
+            | "GroupBucket" >> beam.GroupByKey()
+            | "LinkBucket" >> beam.FlatMap(_link_to_min).with_outputs("min", main="edges")
+        )
+        return (sub["edges"], top["edges"]) | "AllEdges" >> beam.Flatten() | "Distinct" >> beam.Distinct()
+
+
+def assign_component(element: tuple[str, dict[str, list[Any]]]) -> Iterator[Any]:
+    """Join of node → (docs, roots): the document kept or rejected with its component."""
+    node, joined = element
+    for doc in joined["docs"]:
+        roots = joined["roots"]
+        if not roots:
+            yield doc
+            continue
+        root = roots[0]
+        cluster = root.split("|", 1)[1]
+        if root == node:
+            yield _with_cluster(doc, cluster)
+        else:
+            origin = "an earlier run's " if root.startswith("0") else ""
+            yield beam.pvalue.TaggedOutput(REJECTED, Rejected(
+                _with_cluster(doc, cluster), DedupReason.NEAR_DUPLICATE.value,
+                f"component {cluster}: kept {origin}{cluster}"))
+
+
+def _with_cluster(doc: Doc, cluster: str) -> Doc:
+    import dataclasses
+
+    return dataclasses.replace(doc, dup_cluster=cluster)
+
+
