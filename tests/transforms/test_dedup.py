@@ -1,0 +1,199 @@
+"""Deduplication: datasketch-identical signatures, components vs scipy, real planted pairs."""
+
+from __future__ import annotations
+
+import io
+import json
+import random
+
+import apache_beam as beam
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.util import assert_that, equal_to
+from datasketch import MinHash
+from scipy.sparse import coo_matrix
+from scipy.sparse.csgraph import connected_components
+
+from pipelines.run import main
+from tests.conftest import shared
+from transforms.dedup.components import StarRound, components_in_memory, large_star, small_star
+from transforms.dedup.dedup import DedupConfig, ExactDedup, MinHashConfig
+from transforms.dedup.minhash import (MinHasher, band_keys, is_empty, normalize_for_dedup,
+                                      normalized_words, optimal_bands, shingle_strings)
+from transforms.doc import Doc
+
+
+def book_docs(n: int = 40) -> list[str]:
+    text = shared("text", "pg2701_moby_dick.txt").read_text(encoding="utf-8")
+    return [text[i:i + 3000] for i in range(0, 3000 * n, 3000)]
+
+
+@pytest.mark.parametrize("seed,num_perm,ngram", [(1, 112, 5), (7, 64, 3), (1, 128, 1)])
+def test_compat_signatures_equal_datasketch(seed, num_perm, ngram):
+    texts = book_docs(15) + ["Grüße aus Köln — “naïve” café, 東京 2024!", "one two", "x"]
+    ours = MinHasher(num_perm=num_perm, seed=seed, ngram=ngram, compat=True).signatures(texts)
+    for text, row in zip(texts, ours):
+        ref = MinHash(num_perm=num_perm, seed=seed)
+        ref.update_batch(shingle_strings(normalized_words(text), ngram))
+        assert np.array_equal(ref.hashvalues.astype(np.uint32), row)
+
+
+def test_fast_signatures_estimate_jaccard():
+    base = book_docs(1)[0]
+    words = base.split()
+    rng = random.Random(0)
+    edited = list(words)
+    for i in rng.sample(range(len(words)), len(words) // 20):  # 5% of words replaced
+        edited[i] = "zzz"
+    other = book_docs(3)[2]
+    a, b, c = MinHasher(num_perm=256).signatures([base, " ".join(edited), other])
+    grams = lambda ws: {tuple(ws[i:i + 5]) for i in range(len(ws) - 4)}  # noqa: E731
+    wa, wb = normalize_for_dedup(base).split(), normalize_for_dedup(" ".join(edited)).split()
+    true = len(grams(wa) & grams(wb)) / len(grams(wa) | grams(wb))
+    assert abs((a == b).mean() - true) < 0.08
+    assert (a == c).mean() < 0.05
+
+
+@pytest.mark.parametrize("text,empty", [("", True), ("   ...!!!", True), ("word", False), ("a b c", False)])
+def test_short_and_empty_documents(text, empty):
+    sig = MinHasher().signatures([text])[0]
+    assert is_empty(sig) is empty
+
+
+def test_band_keys_and_optimal_layout():
+    sig = np.arange(112, dtype=np.uint32)
+    keys = band_keys(sig, 14, 8)
+    assert len(keys) == 14 and len(set(keys)) == 14 and keys[0][0] == 0
+    bands, rows = optimal_bands(0.8, 112)
+    assert bands * rows <= 112
+    assert MinHashConfig(threshold=0.8).layout() == (bands, rows)
+    with pytest.raises(ValueError, match="exceeds num_perm"):
+        MinHashConfig(bands=20, rows=8)
+
+
+def graphs() -> list[tuple[str, list[tuple[int, int]], int]]:
+    rng = random.Random(2)
+    chain = [(i, i + 1) for i in range(30)]
+    star = [(0, i) for i in range(1, 30)] + [(40, i) for i in range(41, 50)]
+    clique = [(i, j) for i in range(10) for j in range(i + 1, 10)]
+    disjoint = [(i, i + 1) for i in range(0, 40, 2)]
+    rand = [(rng.randrange(80), rng.randrange(80)) for _ in range(70)]
+    reverse_chain = [(i + 1, i) for i in range(25)]
+    return [("chain", chain, 31), ("stars", star, 50), ("clique", clique, 10),
+            ("disjoint", disjoint, 40), ("random", [e for e in rand if e[0] != e[1]], 80),
+            ("reverse_chain", reverse_chain, 26)]
+
+
+def check_against_scipy(edges: list[tuple[int, int]], n: int, roots: dict[str, str]) -> None:
+    name = lambda i: f"n{i:04d}"  # noqa: E731
+    matrix = coo_matrix((np.ones(len(edges)), ([a for a, _ in edges], [b for _, b in edges])), shape=(n, n))
+    _, labels = connected_components(matrix, directed=False)
+    nodes = {x for e in edges for x in e}
+    for node in nodes:
+        members = [i for i in nodes if labels[i] == labels[node]]
+        assert roots.get(name(node), name(node)) == min(name(i) for i in members)
+
+
+@pytest.mark.parametrize("kind,edges,n", graphs(), ids=[g[0] for g in graphs()])
+def test_components_match_scipy(kind, edges, n):
+    named = [(f"n{a:04d}", f"n{b:04d}") for a, b in edges]
+    check_against_scipy(edges, n, components_in_memory(named))
+
+
+def test_star_rounds_in_beam_converge_to_scipy(beam_options, tmp_path):
+    edges = [(i, i + 1) for i in range(20)] + [(30, 31), (31, 32), (40, 41)]
+    current = [(f"n{a:04d}", f"n{b:04d}") for a, b in edges]
+    for k in range(10):  # a driver loop, as in the stage
+        prefix = str(tmp_path / f"round{k}")
+        with TestPipeline(options=beam_options) as p:
+            (p | beam.Create(current) | StarRound() | beam.Map(json.dumps)
+             | beam.io.WriteToText(prefix, shard_name_template=""))
+        collected = [tuple(json.loads(line)) for line in open(prefix)]
+        if set(collected) == set(current):
+            break
+        current = collected
+    check_against_scipy(edges, 50, dict(current))
+
+
+def test_star_primitives():
+    assert sorted(large_star("b", ["a", "c", "d"])) == [("c", "a"), ("d", "a")]
+    assert sorted(small_star("d", ["b", "c"])) == [("c", "b"), ("d", "b")]
+
+
+def test_exact_dedup_transform(beam_options):
+    words = {1000: "alpha", 1001: "beta", 1002: "gamma 1002"}
+    docs = [Doc(id=f"d{i:04d}", url="", text="The same text, again." if i < 1000 else words[i],
+                source="t", fetched_at="") for i in range(1003)]
+    docs.append(Doc(id="n1", url="", text="gamma 2001", source="t", fetched_at=""))  # digits -> 0
+    docs.append(Doc(id="u1", url="http://x.org/a#f", text="first", source="t", fetched_at=""))
+    docs.append(Doc(id="u2", url="HTTP://X.ORG/a", text="second", source="t", fetched_at=""))
+    docs.append(Doc(id="p1", url="", text="THE same text again", source="t", fetched_at=""))
+    with TestPipeline(options=beam_options) as p:
+        out = p | beam.Create(docs) | ExactDedup(DedupConfig())
+        assert_that(out.kept | beam.Map(lambda d: d.id),
+                    equal_to(["d0000", "d1000", "d1001", "d1002", "u1"]), label="kept")
+        assert_that(out.rejected | beam.Map(lambda r: r.reason) | beam.combiners.Count.PerElement(),
+                    equal_to([("duplicate_text", 1001), ("duplicate_url", 1)]), label="rejected")
+
+
+def jsonl_job(tmp_path, docs: list[tuple[str, str]], extra: str = "", name: str = "job") -> str:
+    data = tmp_path / f"{name}.jsonl"
+    data.write_text("".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in docs))
+    config = tmp_path / f"{name}.yaml"
+    config.write_text(f"output: {tmp_path / name}\ninputs:\n  - format: jsonl\n    path: {data}\n"
+                      f"dedup:\n{extra}beam_args: ['--runner=FnApiRunner']\n")
+    return str(config)
+
+
+def rejected_pairs(out) -> set[tuple[str, str]]:
+    pairs = set()
+    for path in out.glob("rejected/dedup_minhash/*.parquet"):
+        for row in pq.read_table(path).to_pylist():
+            pairs.add(tuple(sorted((row["id"], row["dup_cluster"]))))
+    return pairs
+
+
+@pytest.mark.parametrize("size", [100, 1000])
+def test_mccormick_planted_pairs_exactly(tmp_path, size):
+    lines = shared("neardup", f"mccormick_articles_{size}.train").read_text().splitlines()
+    docs = [tuple(line.split(" ", 1)) for line in lines if line.strip()]
+    truth = {tuple(sorted(line.split())) for line in
+             shared("neardup", f"mccormick_articles_{size}.truth").read_text().splitlines() if line.strip()}
+    config = jsonl_job(tmp_path, docs, "  exact_text: false\n  minhash:\n    salts: 4\n")
+    assert main(["--config", config, "--log-level", "WARNING"], out=io.StringIO()) == 0
+    assert rejected_pairs(tmp_path / "job") == truth
+
+
+def test_thousand_identical_and_short_documents(tmp_path):
+    docs = [(f"same{i:04d}", "the very same boilerplate text repeated on every page of a site")
+            for i in range(1000)]
+    docs += [("empty", ""), ("short", "two words"), ("short2", "two words!")]
+    config = jsonl_job(tmp_path, docs, "  exact_text: false\n")
+    out = io.StringIO()
+    assert main(["--config", config, "--log-level", "WARNING"], out=out) == 0
+    manifest = json.loads((tmp_path / "job" / "manifests" / "dedup_minhash.json").read_text())
+    counts = manifest["counts"]
+    assert counts["records_in"] == 1002  # the empty text was rejected at extract
+    assert counts["rejected_by_reason"] == {"near_duplicate": 1000}  # 999 + "short2"
+    assert counts["out"] == 2
+
+
+def test_incremental_dedup_against_earlier_runs(tmp_path):
+    index = tmp_path / "index"
+    texts = book_docs(6)
+    first = [(f"a{i}", t) for i, t in enumerate(texts[:4])]
+    extra = f"  index: {index}\n"
+    assert main(["--config", jsonl_job(tmp_path, first, extra, "run1"), "--log-level", "WARNING"],
+                out=io.StringIO()) == 0
+    assert len(list(index.glob("run-*/*.parquet"))) == 1
+    edited = texts[1].replace("whale", "WHALE", 2)
+    second = [("b0", edited), ("b1", texts[4]), ("b2", texts[5])]
+    assert main(["--config", jsonl_job(tmp_path, second, extra, "run2"), "--log-level", "WARNING"],
+                out=io.StringIO()) == 0
+    rows = [r for p in (tmp_path / "run2").glob("rejected/dedup_minhash/*.parquet")
+            for r in pq.read_table(p).to_pylist()]
+    assert [(r["id"], r["dup_cluster"]) for r in rows] == [("b0", "a1")]
+    assert "earlier run" in rows[0]["reason_detail"]
+    assert len(list(index.glob("run-*/*.parquet"))) == 2
