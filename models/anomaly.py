@@ -167,16 +167,14 @@ def train(x: np.ndarray, feature_names: Sequence[str], contamination: float = 0.
 
 
 def _train_command(args: argparse.Namespace) -> int:
-    from pipelines.config import ConfigError, load_config
+    from pipelines.config import load_config_or_report
     from pipelines.corpus import sample_docs
     from transforms.clean.features import FEATURE_NAMES, feature_matrix
     from transforms.clean.pii import redact
     from transforms.clean.signals import compute_signals
 
-    try:
-        config = load_config(args.config, check_models=False)
-    except ConfigError as exc:
-        sys.stderr.write(f"config error: {exc}\n")
+    config = load_config_or_report(args.config)
+    if config is None:
         return 2
     clean = config.clean
     out = args.out or (clean.anomaly.model if clean else "")

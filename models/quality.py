@@ -52,13 +52,11 @@ def reference_texts(paths: Sequence[str]) -> Iterator[str]:
 
 
 def _train_command(args: argparse.Namespace) -> int:
-    from pipelines.config import ConfigError, load_config
+    from pipelines.config import load_config_or_report
     from pipelines.corpus import sample_docs
 
-    try:
-        config = load_config(args.config, check_models=False)
-    except ConfigError as exc:
-        sys.stderr.write(f"config error: {exc}\n")
+    config = load_config_or_report(args.config)
+    if config is None:
         return 2
     out = args.out or (config.clean.quality.model if config.clean else "")
     if not out:

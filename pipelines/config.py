@@ -291,3 +291,15 @@ def check_files(config: JobConfig) -> None:
         except Exception as exc:
             raise ConfigError(f"{where}: crawl.seeds_file: cannot read "
                               f"{config.crawl.seeds_file!r}: {exc}") from None
+
+
+def load_config_or_report(path: str) -> Optional[JobConfig]:
+    """For the model commands: the config without loading models, or None after printing
+    the error (they train the models the config points at)."""
+    import sys
+
+    try:
+        return load_config(path, check_models=False)
+    except ConfigError as exc:
+        sys.stderr.write(f"config error: {exc}\n")
+        return None

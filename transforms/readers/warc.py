@@ -112,26 +112,26 @@ def _is_gzip(fh: IO[bytes]) -> bool:
     return fh.read(3) == _GZIP_MAGIC
 
 
-def _valid_start(fh: IO[bytes], pos: int, gzipped: bool) -> bool:
+def _head(fh: IO[bytes], pos: int, gzipped: bool) -> Optional[bytes]:
+    """The first bytes of the record at ``pos`` (decompressed), None if it is no gzip member."""
     fh.seek(pos)
     head = fh.read(4096)
     if gzipped:
         try:
-            head = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head, 64)
+            return zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head, 64)
         except zlib.error:
-            return False
-    return head.startswith(b"WARC/") or head[:1].isalnum()  # WARC header or ARC URL line
+            return None
+    return head
+
+
+def _valid_start(fh: IO[bytes], pos: int, gzipped: bool) -> bool:
+    head = _head(fh, pos, gzipped)
+    return head is not None and (head.startswith(b"WARC/") or head[:1].isalnum())  # or ARC URL line
 
 
 def _starts_archive(fh: IO[bytes], gzipped: bool) -> bool:
-    fh.seek(0)
-    head = fh.read(4096)
-    if gzipped:
-        try:
-            head = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head, 64)
-        except zlib.error:
-            return False
-    return head.lstrip(b"\r\n").startswith((b"WARC/", b"filedesc://"))
+    head = _head(fh, 0, gzipped)
+    return head is not None and head.lstrip(b"\r\n").startswith((b"WARC/", b"filedesc://"))
 
 
 def _has_data_after(fh: IO[bytes], pos: int) -> bool:
