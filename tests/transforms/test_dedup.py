@@ -197,3 +197,46 @@ def test_incremental_dedup_against_earlier_runs(tmp_path):
     assert [(r["id"], r["dup_cluster"]) for r in rows] == [("b0", "a1")]
     assert "earlier run" in rows[0]["reason_detail"]
     assert len(list(index.glob("run-*/*.parquet"))) == 2
+
+
+def test_band_keys_and_salted_bucket_edges(beam_options):
+    """500 documents in one bucket: salted sub-buckets, then one star to the minimum."""
+    from transforms.dedup.dedup import BandKeys, BucketEdges
+
+    same = "the very same boilerplate footer text on every page of the site"
+    nodes = [(f"1|d{i:03d}", same) for i in range(500)] + [("1|x", "a completely different text here")]
+    with TestPipeline(options=beam_options) as p:
+        keyed = p | beam.Create(nodes) | BandKeys(MinHashConfig())
+        assert_that(keyed | "Count" >> beam.combiners.Count.Globally(), equal_to([501 * 14]), label="keys")
+        edges = keyed | BucketEdges(salts=8)
+        roots = edges | beam.Map(lambda e: e[1]) | beam.Distinct()
+        # every edge points at a sub-bucket minimum or the bucket minimum; all in one component
+        assert_that(edges | "NoX" >> beam.Filter(lambda e: "1|x" in e), equal_to([]), label="x alone")
+        assert_that(roots | "Few" >> beam.combiners.Count.Globally(),
+                    lambda got: _check_few(got[0], 9), label="roots")
+
+
+def _check_few(count: int, most: int) -> None:
+    if not 1 <= count <= most:
+        raise AssertionError(f"{count} roots, expected 1..{most}")
+
+
+def test_bucket_edges_connect_everything_with_components():
+    edges = []
+    from transforms.dedup.dedup import _link_to_min, _salted
+
+    nodes = [f"1|d{i:03d}" for i in range(200)]
+    groups: dict = {}
+    for n in nodes:
+        key, node = _salted((b"bucket", n), 8)
+        groups.setdefault(key, []).append(node)
+    mins = []
+    for key, members in groups.items():
+        for out in _link_to_min((key, members)):
+            if isinstance(out, tuple):
+                edges.append(out)
+            else:
+                mins.append(out.value[1])
+    edges += [e for e in _link_to_min((b"bucket", mins)) if isinstance(e, tuple)]
+    roots = components_in_memory(edges)
+    assert {roots.get(n, n) for n in nodes} == {"1|d000"}
