@@ -240,3 +240,17 @@ def test_bucket_edges_connect_everything_with_components():
     edges += [e for e in _link_to_min((b"bucket", mins)) if isinstance(e, tuple)]
     roots = components_in_memory(edges)
     assert {roots.get(n, n) for n in nodes} == {"1|d000"}
+
+
+def test_keep_rule_orders_nodes():
+    def d(i: str, q):
+        return Doc(id=i, url="", text="", source="", fetched_at="", quality_score=q)
+
+    smallest = DedupConfig()
+    assert sorted([d("b", 0.9), d("a", 0.1)], key=smallest.node)[0].id == "a"
+    best = DedupConfig(keep="highest_quality")
+    assert sorted([d("a", 0.1), d("b", 0.9), d("c", None)], key=best.node)[0].id == "b"
+    assert sorted([d("b", 0.5), d("a", 0.5)], key=best.node)[0].id == "a"  # tie: smallest id
+    assert best.node(d("z", 1.0), previous_run=True) < best.node(d("a", 1.0))  # earlier runs win
+    with pytest.raises(ValueError, match="keep"):
+        DedupConfig(keep="random")
