@@ -24,11 +24,12 @@ import yaml
 from transforms.clean.clean import CleanConfig
 from transforms.crawl.crawler import CrawlConfig
 from transforms.dedup.dedup import DedupConfig
+from transforms.tokenize.tokenize import TokenizeConfig
 from transforms.crawl.fetcher import FetchPolicy
 from transforms.extract.extract import ExtractConfig
 from transforms.readers.tabular import TextFields
 
-STAGES = ("crawl", "extract", "clean", "dedup_exact", "dedup_minhash")
+STAGES = ("crawl", "extract", "clean", "dedup_exact", "dedup_minhash", "tokenizer", "tokenize")
 INPUT_FORMATS = ("warc", "wet", "arc", "jsonl", "parquet")
 
 
@@ -127,6 +128,7 @@ class JobConfig:
     extract: ExtractConfig = ExtractConfig()
     clean: Optional[CleanConfig] = None
     dedup: Optional[DedupConfig] = None
+    tokenize: Optional[TokenizeConfig] = None
     beam_args: tuple[str, ...] = ()
     source_file: str = field(default="", compare=False)
 
@@ -142,6 +144,8 @@ class JobConfig:
             raise ValueError("stage 'clean' needs a clean: section")
         if {"dedup_exact", "dedup_minhash"} & set(self.stages) and self.dedup is None:
             raise ValueError("the dedup stages need a dedup: section")
+        if {"tokenizer", "tokenize"} & set(self.stages) and self.tokenize is None:
+            raise ValueError("the tokenize stages need a tokenize: section")
         if not self.inputs and self.crawl is None:
             raise ValueError("needs inputs: or a crawl: section")
 
@@ -149,8 +153,9 @@ class JobConfig:
         """The stages to run, in pipeline order."""
         if self.stages:
             return tuple(s for s in STAGES if s in self.stages)
+        train = self.tokenize if self.tokenize is not None and not self.tokenize.model else None
         optional = {"crawl": self.crawl, "clean": self.clean, "dedup_exact": self.dedup,
-                    "dedup_minhash": self.dedup}
+                    "dedup_minhash": self.dedup, "tokenizer": train, "tokenize": self.tokenize}
         return tuple(s for s in STAGES if s not in optional or optional[s] is not None)
 
     def section_hash(self, *names: str) -> str:
@@ -256,6 +261,17 @@ def check_model_files(config: JobConfig) -> None:
     from models.files import ModelError
     from transforms.clean.features import FEATURE_NAMES
 
+    tokenize = config.tokenize
+    if tokenize is not None and tokenize.model and "tokenize" in config.active_stages():
+        try:
+            import sentencepiece as spm
+
+            from models.files import local_copy
+
+            spm.SentencePieceProcessor(model_file=local_copy(tokenize.model))
+        except (ModelError, OSError, RuntimeError) as exc:
+            raise ConfigError(f"{config.source_file}: tokenize.model: not a sentencepiece model: "
+                              f"{tokenize.model}: {exc}") from None
     clean = config.clean
     if clean is None or "clean" not in config.active_stages():
         return

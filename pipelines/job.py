@@ -92,6 +92,12 @@ def collect_counts(output: str, plan: StagePlan, totals: Optional[dict[str, int]
     by_error = {k[len("failed_"):]: v for k, v in sorted(metrics.items()) if k.startswith("failed_")}
     counts = StageCounts(records_in, out, rejected, failed, by_reason, by_error)
     outputs = files["docs"] + files["rejected"] + files["failed"]
+    if plan.name == "tokenize" and totals and totals.get("shards") is not None:
+        from pipelines.tokenize_stage import latest_version_files
+
+        outputs += latest_version_files(output)
+    if plan.name == "tokenizer":
+        outputs.append(f"{output.rstrip('/')}/tokenizer/tokenizer.model")
     if plan.name == "crawl":
         crawl_dir = stage_dirs(output, "crawl")[3]
         for sub, pattern in (("warc", "*.warc.gz"), ("fetch_log", "*.parquet"), ("frontier", "*.txt")):

@@ -58,6 +58,11 @@ def format_locations(output: str, reports: Sequence[StageReport]) -> str:
     for r in reports:
         if r.stage == "crawl":
             lines.append("  crawl/warc/  crawl/fetch_log/  crawl/frontier/   (WARC, fetch log, next frontier)")
+        elif r.stage == "tokenizer":
+            lines.append("  tokenizer/tokenizer.model")
+        elif r.stage == "tokenize":
+            index = next((o for o in r.outputs if o.endswith("index.json")), "tokens/<version>/index.json")
+            lines.append(f"  {index}  (shards beside it)  rejected/tokenize/")
         else:
             lines.append(f"  docs/{r.stage}/  rejected/{r.stage}/  failed/{r.stage}/")
         lines.append(f"  manifests/{r.stage}.json")

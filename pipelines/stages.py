@@ -251,7 +251,56 @@ def plan_dedup_minhash(config: JobConfig) -> StagePlan:
                      runner=driver.run)
 
 
+def _last_docs_stage(config: JobConfig) -> str:
+    stages = config.active_stages()
+    candidates = [s for s in ("dedup_minhash", "dedup_exact", "clean", "extract")
+                  if s == "extract" or getattr(config, s.split("_")[0], None) is not None]
+    present = [s for s in candidates if s in stages or read_manifest(config.output, s) is not None]
+    return present[0] if present else "extract"
+
+
+def plan_tokenizer(config: JobConfig) -> StagePlan:
+    from pipelines.corpus import iter_docs
+    from pipelines.tokenize_stage import tokenizer_path, train_tokenizer
+
+    tokenize = config.tokenize
+    if tokenize is None:
+        raise ValueError("tokenizer stage planned without a tokenize section")
+    upstream = _last_docs_stage(config)
+    files, fingerprint = upstream_docs(config, upstream)
+    out = tokenizer_path(config.output)
+
+    def runner(options: PipelineOptions) -> dict[str, int]:
+        from pipelines.corpus import sample_docs
+
+        texts = [d.text for d in sample_docs(config, upstream, tokenize.train_sample_docs, tokenize.seed)]
+        meta = train_tokenizer(tokenize, texts, out)
+        return {"records_in": meta["documents"], "records_out": meta["documents"]}
+
+    return StagePlan(name="tokenizer", config_hash=config.section_hash("tokenize"), inputs=tuple(files),
+                     fingerprint=_fingerprint([fingerprint]), build=lambda p: None, writes_docs=False,
+                     runner=runner)
+
+
+def plan_tokenize(config: JobConfig) -> StagePlan:
+    from pipelines.tokenize_stage import TokenizeDriver
+
+    tokenize = config.tokenize
+    if tokenize is None:
+        raise ValueError("tokenize stage planned without a tokenize section")
+    upstream = _last_docs_stage(config)
+    files, fingerprint = upstream_docs(config, upstream)
+    driver = TokenizeDriver(tokenize, config.output, files, ReadDocs, upstream,
+                            config.section_hash("tokenize"))
+    model_manifest = read_manifest(config.output, "tokenizer") if not tokenize.model else None
+    return StagePlan(name="tokenize", config_hash=config.section_hash("tokenize"), inputs=tuple(files),
+                     fingerprint=_fingerprint([fingerprint, model_manifest.finished_at if model_manifest else tokenize.model]),
+                     build=lambda p: None, writes_docs=False, runner=driver.run)
+
+
 PLANNERS: dict[str, Callable[[JobConfig], StagePlan]] = {
+    "tokenizer": plan_tokenizer,
+    "tokenize": plan_tokenize,
     "crawl": plan_crawl,
     "extract": plan_extract,
     "clean": plan_clean,

@@ -1,0 +1,109 @@
+"""The token-shard format: a small header, the flat token payload, a document index.
+
+Layout (all little-endian; docs/SHARD_FORMAT.md shows how to read it with numpy alone):
+
+    offset  size  field
+    0       8     magic b"TFSHARD1"
+    8       4     format version (uint32, 1)
+    12      4     token width in bytes (uint32: 2 = uint16, 4 = uint32)
+    16      8     number of documents D (uint64)
+    24      8     number of tokens T (uint64)
+    32      8     payload offset in bytes (uint64, = 96)
+    40      8     index offset in bytes (uint64, = 96 + T * width)
+    48      32    sha256 of everything after the header (payload + index)
+    80      16    reserved, zero
+    96      T*w   tokens
+    ...     8*(D+1) uint64 document boundaries in tokens: doc i = tokens[idx[i]:idx[i+1]]
+
+Writers write to a temporary name and rename (``storage.files.atomic_write``); readers
+check magic, sizes and (by default) the checksum before trusting a shard.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+MAGIC = b"TFSHARD1"
+FORMAT_VERSION = 1
+HEADER_SIZE = 96
+_HEADER = struct.Struct("<8sIIQQQQ32s16s")
+
+
+class ShardError(ValueError):
+    """A shard is missing, truncated, corrupt or not a shard; the message names it."""
+
+
+@dataclass(frozen=True)
+class ShardInfo:
+    name: str
+    num_docs: int
+    num_tokens: int
+    num_bytes: int
+    sha256: str
+    dtype: str
+
+
+def dtype_for_vocab(vocab_size: int) -> np.dtype:
+    """uint16 when every token id fits, else uint32."""
+    return np.dtype(np.uint16) if vocab_size <= 1 << 16 else np.dtype(np.uint32)
+
+
+def encode_shard(docs: Sequence[np.ndarray], dtype: np.dtype) -> tuple[bytes, int, int, str]:
+    """(shard bytes, documents, tokens, sha256) of ``docs`` (token arrays, in order)."""
+    lengths = np.fromiter((len(d) for d in docs), dtype=np.uint64, count=len(docs))
+    index = np.zeros(len(docs) + 1, dtype="<u8")
+    np.cumsum(lengths, out=index[1:])
+    tokens = (np.concatenate(docs) if docs else np.zeros(0)).astype(dtype.newbyteorder("<"), copy=False)
+    payload, index_bytes = tokens.tobytes(), index.tobytes()
+    digest = hashlib.sha256()
+    digest.update(payload)
+    digest.update(index_bytes)
+    header = _HEADER.pack(MAGIC, FORMAT_VERSION, dtype.itemsize, len(docs), int(index[-1]),
+                          HEADER_SIZE, HEADER_SIZE + len(payload), digest.digest(), b"\0" * 16)
+    return header + payload + index_bytes, len(docs), int(index[-1]), digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class Shard:
+    tokens: np.ndarray
+    index: np.ndarray
+
+    def doc(self, i: int) -> np.ndarray:
+        return self.tokens[self.index[i]:self.index[i + 1]]
+
+    @property
+    def num_docs(self) -> int:
+        return len(self.index) - 1
+
+
+def decode_shard(data: bytes, name: str = "shard", verify: bool = True) -> Shard:
+    """The tokens and document index of a shard's bytes; ``ShardError`` naming it if bad."""
+    if len(data) < HEADER_SIZE:
+        raise ShardError(f"{name}: {len(data)} bytes, shorter than the {HEADER_SIZE}-byte header")
+    magic, version, width, docs, tokens, payload_at, index_at, sha, _ = _HEADER.unpack_from(data)
+    if magic != MAGIC:
+        raise ShardError(f"{name}: not a token shard (magic {magic!r})")
+    if version != FORMAT_VERSION or width not in (2, 4):
+        raise ShardError(f"{name}: unsupported version {version} or token width {width}")
+    expected = HEADER_SIZE + tokens * width + 8 * (docs + 1)
+    if len(data) != expected or payload_at != HEADER_SIZE or index_at != HEADER_SIZE + tokens * width:
+        raise ShardError(f"{name}: {len(data)} bytes, expected {expected} (truncated or corrupt)")
+    body = memoryview(data)[HEADER_SIZE:]
+    if verify and hashlib.sha256(body).digest() != sha:
+        raise ShardError(f"{name}: checksum mismatch (corrupt shard)")
+    dtype = np.dtype("<u2") if width == 2 else np.dtype("<u4")
+    token_array = np.frombuffer(data, dtype=dtype, count=tokens, offset=HEADER_SIZE)
+    index = np.frombuffer(data, dtype="<u8", count=docs + 1, offset=index_at)
+    if index[0] != 0 or index[-1] != tokens or np.any(np.diff(index.astype(np.int64)) < 0):
+        raise ShardError(f"{name}: document index is inconsistent")
+    return Shard(tokens=token_array, index=index)
+
+
+def header_sha256(data: bytes) -> str:
+    """The payload checksum stored in a shard's header (hex)."""
+    return _HEADER.unpack_from(data)[7].hex()

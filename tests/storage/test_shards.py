@@ -1,0 +1,66 @@
+"""Token-shard format: round trip, numpy-only reading, corruption detected and named."""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import pytest
+
+from storage.shards import (HEADER_SIZE, ShardError, decode_shard, dtype_for_vocab, encode_shard,
+                            header_sha256)
+
+
+def docs(n: int = 5, seed: int = 0) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [rng.integers(0, 32000, size=rng.integers(1, 300)).astype(np.uint16) for _ in range(n)]
+
+
+@pytest.mark.parametrize("vocab,dtype", [(32000, np.uint16), (65536, np.uint16), (65537, np.uint32),
+                                         (256000, np.uint32)])
+def test_dtype_for_vocab(vocab, dtype):
+    assert dtype_for_vocab(vocab) == np.dtype(dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.uint16, np.uint32])
+def test_round_trip(dtype):
+    original = [d.astype(dtype) for d in docs(7)]
+    data, n_docs, n_tokens, sha = encode_shard(original, np.dtype(dtype))
+    shard = decode_shard(data, "s")
+    assert (n_docs, n_tokens) == (7, sum(len(d) for d in original))
+    assert all(np.array_equal(shard.doc(i), d) for i, d in enumerate(original))
+    assert header_sha256(data) == sha and len(data) == HEADER_SIZE + n_tokens * np.dtype(dtype).itemsize + 8 * 8
+
+
+def test_readable_with_numpy_alone():
+    """The recipe of docs/SHARD_FORMAT.md, verbatim."""
+    original = docs(3)
+    data, *_ = encode_shard(original, np.dtype(np.uint16))
+    magic, version, width, n_docs, n_tokens, payload_at, index_at = struct.unpack_from("<8sIIQQQQ", data)
+    tokens = np.frombuffer(data, dtype=f"<u{width}", count=n_tokens, offset=payload_at)
+    index = np.frombuffer(data, dtype="<u8", count=n_docs + 1, offset=index_at)
+    assert magic == b"TFSHARD1" and version == 1
+    assert np.array_equal(tokens[index[1]:index[2]], original[1])
+
+
+def test_empty_shard_and_single_huge_document():
+    data, n_docs, n_tokens, _ = encode_shard([], np.dtype(np.uint16))
+    assert decode_shard(data).num_docs == 0 and n_tokens == 0
+    huge = np.arange(2_000_000, dtype=np.uint32)
+    data, *_ = encode_shard([huge], np.dtype(np.uint32))
+    assert np.array_equal(decode_shard(data).doc(0), huge)
+
+
+def test_flipped_byte_truncation_and_garbage_are_named():
+    data, *_ = encode_shard(docs(4), np.dtype(np.uint16))
+    flipped = bytearray(data)
+    flipped[HEADER_SIZE + 10] ^= 0x01
+    with pytest.raises(ShardError, match="shard-7.tfs: checksum mismatch"):
+        decode_shard(bytes(flipped), "shard-7.tfs")
+    assert decode_shard(bytes(flipped), verify=False).num_docs == 4  # only the checksum catches it
+    with pytest.raises(ShardError, match="truncated"):
+        decode_shard(data[:-5], "x")
+    with pytest.raises(ShardError, match="not a token shard"):
+        decode_shard(b"PK\x03\x04" + data[4:], "x")
+    with pytest.raises(ShardError, match="shorter than"):
+        decode_shard(b"", "x")
