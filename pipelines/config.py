@@ -24,6 +24,7 @@ import yaml
 from transforms.clean.clean import CleanConfig
 from transforms.crawl.crawler import CrawlConfig
 from transforms.dedup.dedup import DedupConfig
+from storage.tiers import StorageConfig
 from transforms.tokenize.tokenize import TokenizeConfig
 from transforms.crawl.fetcher import FetchPolicy
 from transforms.extract.extract import ExtractConfig
@@ -129,6 +130,7 @@ class JobConfig:
     clean: Optional[CleanConfig] = None
     dedup: Optional[DedupConfig] = None
     tokenize: Optional[TokenizeConfig] = None
+    storage: Optional[StorageConfig] = None
     beam_args: tuple[str, ...] = ()
     source_file: str = field(default="", compare=False)
 

@@ -291,9 +291,9 @@ def plan_tokenize(config: JobConfig) -> StagePlan:
     upstream = _last_docs_stage(config)
     files, fingerprint = upstream_docs(config, upstream)
     driver = TokenizeDriver(tokenize, config.output, files, ReadDocs, upstream,
-                            config.section_hash("tokenize"))
+                            config.section_hash("tokenize", "storage"), storage=config.storage)
     model_manifest = read_manifest(config.output, "tokenizer") if not tokenize.model else None
-    return StagePlan(name="tokenize", config_hash=config.section_hash("tokenize"), inputs=tuple(files),
+    return StagePlan(name="tokenize", config_hash=config.section_hash("tokenize", "storage"), inputs=tuple(files),
                      fingerprint=_fingerprint([fingerprint, model_manifest.finished_at if model_manifest else tokenize.model]),
                      build=lambda p: None, writes_docs=False, runner=driver.run)
 

@@ -80,7 +80,9 @@ def _read_records(directory: str) -> list[dict[str, Any]]:
 
 class TokenizeDriver:
     def __init__(self, config: TokenizeConfig, output: str, files: list[str], read_docs: Any,
-                 upstream_stage: str, config_hash: str, tier: str = "warm") -> None:
+                 upstream_stage: str, config_hash: str, tier: str = "warm",
+                 storage: Any = None) -> None:
+        self.storage = storage
         self.config = config
         self.output = output
         self.files = files
@@ -117,6 +119,12 @@ class TokenizeDriver:
         records = sorted(_read_records(self.work), key=lambda r: r["name"])
         self._write_documents(records)
         self._write_index(records, sha256_file(local_copy(self.model)))
+        if self.storage is not None and self.storage.warm:
+            from storage.tiers import copy_version
+
+            # New versions land in the warm tier (verified copy, index.json last).
+            copy_version(self.version, FileSystems.join(self.output, "tokens"), self.storage.warm,
+                         self.storage)
         totals: dict[str, int] = {"shards": len(records)}
         for c in result.metrics().query(MetricsFilter().with_namespace("tokenize"))["counters"]:
             value = c.committed if c.committed is not None else c.attempted
