@@ -137,7 +137,7 @@ def run_stage(config: JobConfig, plan: StagePlan, options: PipelineOptions, forc
         code_version=version, counts=counts, inputs=list(plan.inputs), outputs=outputs,
         started_at=started, finished_at=now_iso(),
         runner=str(options.view_as(StandardOptions).runner),
-        extra={"seconds": round(seconds, 3), "counters": other},
+        extra={"seconds": round(seconds, 3), "counters": other, **(plan.info() if plan.info else {})},
     ))
     _LOGGER.info("stage %s: done in %.1fs (in=%d out=%d rejected=%d failed=%d)", plan.name, seconds,
                  counts.records_in, counts.out, counts.rejected, counts.failed)

@@ -46,6 +46,8 @@ class StagePlan:
     writes_docs: bool = True
     # A stage made of several pipelines runs itself and returns its counter totals.
     runner: Optional[Callable[[PipelineOptions], dict[str, int]]] = None
+    # Facts the stage learnt while running, recorded in its manifest (e.g. a model hash).
+    info: Optional[Callable[[], dict[str, object]]] = None
 
 
 def _fingerprint(items: Sequence[object]) -> str:
@@ -295,7 +297,7 @@ def plan_tokenize(config: JobConfig) -> StagePlan:
     model_manifest = read_manifest(config.output, "tokenizer") if not tokenize.model else None
     return StagePlan(name="tokenize", config_hash=config.section_hash("tokenize", "storage"), inputs=tuple(files),
                      fingerprint=_fingerprint([fingerprint, model_manifest.finished_at if model_manifest else tokenize.model]),
-                     build=lambda p: None, writes_docs=False, runner=driver.run)
+                     build=lambda p: None, writes_docs=False, runner=driver.run, info=driver.info)
 
 
 PLANNERS: dict[str, Callable[[JobConfig], StagePlan]] = {

@@ -83,6 +83,7 @@ class TokenizeDriver:
                  upstream_stage: str, config_hash: str, tier: str = "warm",
                  storage: Any = None) -> None:
         self.storage = storage
+        self.tokenizer_sha256 = ""
         self.config = config
         self.output = output
         self.files = files
@@ -118,7 +119,8 @@ class TokenizeDriver:
         result.wait_until_finish()
         records = sorted(_read_records(self.work), key=lambda r: r["name"])
         self._write_documents(records)
-        self._write_index(records, sha256_file(local_copy(self.model)))
+        self.tokenizer_sha256 = sha256_file(local_copy(self.model))
+        self._write_index(records, self.tokenizer_sha256)
         if self.storage is not None and self.storage.warm:
             from storage.tiers import copy_version
 
@@ -130,6 +132,10 @@ class TokenizeDriver:
             value = c.committed if c.committed is not None else c.attempted
             totals[c.key.metric.name] = totals.get(c.key.metric.name, 0) + int(value or 0)
         return totals
+
+    def info(self) -> dict[str, object]:
+        return {"dataset_version": self.version, "tokenizer": self.model,
+                "tokenizer_sha256": self.tokenizer_sha256}
 
     def _write_documents(self, records: list[dict[str, Any]]) -> None:
         rows = {"id": [], "shard": [], "position": []}

@@ -64,6 +64,9 @@ def test_given_tokenizer_round_trip_every_document_once(tmp_path):
             seen.append(doc_id)
     assert sorted(seen) == sorted(docs)  # every kept document, exactly once
     assert index["num_docs"] == len(docs) and index["lineage"]["input_stage"] == "extract"
+    manifest = json.loads((tmp_path / "out" / "manifests" / "tokenize.json").read_text())
+    assert manifest["extra"]["tokenizer_sha256"] == index["tokenizer"]["sha256"]
+    assert manifest["extra"]["dataset_version"] == index["version"]
 
 
 def test_shuffle_is_deterministic_for_a_seed(tmp_path):
@@ -119,3 +122,16 @@ def test_empty_corpus_gives_an_empty_version(tmp_path):
     run(str(config))
     index, _ = load_version(tmp_path / "e")
     assert index["num_docs"] == 0 and index["shards"] == []
+
+
+def test_documents_longer_than_a_shard_are_never_split(tmp_path):
+    model = shared("models", "spm_test_model_botchan.model")
+    run(job(tmp_path, f"  model: {model}\n  target_shard_bytes: 64\n"))
+    index, directory = load_version(tmp_path / "out")
+    assert index["num_docs"] == 60 and all(s["num_bytes"] > 64 for s in index["shards"])
+    total = 0
+    for entry in index["shards"]:
+        shard = decode_shard((directory / entry["name"]).read_bytes(), entry["name"])
+        total += shard.num_docs
+        assert all(shard.doc(i)[-1] == 2 for i in range(shard.num_docs))  # whole docs, EOS last
+    assert total == 60
