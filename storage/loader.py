@@ -1,0 +1,213 @@
+"""A resumable torch ``IterableDataset`` over token-shard datasets (``index.json``).
+
+The sample order is a pure function of (seed, epoch, the indexes): nothing about it
+depends on timing, ranks' speed or the number of DataLoader workers.
+
+* Shard order: a seeded permutation of each dataset's shards per epoch.
+* Windows: shards are taken ``buffer_shards`` at a time (a "group"); the group's tokens
+  are one stream cut into windows of ``seq_len + 1`` tokens at stride ``seq_len``
+  (windows cross document boundaries; ``position_ids`` restart after every EOS); the
+  windows of a group are permuted with their own seed. Planning needs only the token
+  counts in ``index.json``, not the shards.
+* Several datasets are mixed by a smooth weighted round robin; an epoch ends when the
+  first dataset runs out of windows.
+* Ranks take every R-th sample and the same number each (the remainder is dropped), so
+  every rank gets the same number of batches. Inside a rank, DataLoader worker w makes
+  batches w, w+W, w+2W...: the DataLoader hands batches back in exactly the rank order
+  whatever W is, so ``state_dict()`` (batches consumed) resumes exactly, with any W.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any, Iterator, Optional, Sequence
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+
+from storage.cache import ShardCache
+
+
+@dataclass(frozen=True)
+class Source:
+    """One dataset version: its ``index.json`` URL and mixing weight."""
+
+    index_url: str
+    weight: float = 1.0
+
+
+@dataclass(frozen=True)
+class Group:
+    """A run of consecutive shards (in epoch order) cut into windows together."""
+
+    stream: int
+    shards: tuple[str, ...]
+    tokens: tuple[int, ...]
+
+    @property
+    def total(self) -> int:
+        return sum(self.tokens)
+
+
+def shard_permutation(num_shards: int, seed: int, epoch: int, stream: int) -> np.ndarray:
+    return np.random.default_rng([seed, epoch, stream, 0]).permutation(num_shards)
+
+
+def window_permutation(num_windows: int, seed: int, epoch: int, stream: int, group: int) -> np.ndarray:
+    return np.random.default_rng([seed, epoch, stream, 1, group]).permutation(num_windows)
+
+
+def windows_in(tokens: int, seq_len: int) -> int:
+    """Windows of ``seq_len + 1`` tokens at stride ``seq_len`` in a stream of ``tokens``."""
+    return max(0, (tokens - 1) // seq_len)
+
+
+def mix_schedule(lengths: Sequence[int], weights: Sequence[float]) -> list[tuple[int, int]]:
+    """(stream, i-th sample of that stream) by smooth weighted round robin, until the
+    first stream runs out."""
+    total = sum(weights)
+    credit = [0.0] * len(lengths)
+    taken = [0] * len(lengths)
+    order = []
+    while True:
+        for s, w in enumerate(weights):
+            credit[s] += w
+        s = max(range(len(credit)), key=lambda k: (credit[k], -k))
+        if taken[s] >= lengths[s]:
+            return order
+        credit[s] -= total
+        order.append((s, taken[s]))
+        taken[s] += 1
+
+
+class TokenDataset(IterableDataset):
+    """Windows of ``seq_len + 1`` tokens as ``{"tokens", "position_ids"}`` int64 tensors."""
+
+    def __init__(self, sources: Sequence[Source], seq_len: int, batch_size: int, seed: int = 0,
+                 buffer_shards: int = 4, rank: Optional[int] = None, world_size: Optional[int] = None,
+                 cache: Optional[ShardCache] = None, eos_id: Optional[int] = None) -> None:
+        if seq_len <= 0 or batch_size <= 0 or buffer_shards <= 0:
+            raise ValueError("seq_len, batch_size and buffer_shards must be > 0")
+        self.sources = list(sources)
+        self.seq_len = seq_len
+        self.batch_size = batch_size
+        self.seed = seed
+        self.buffer_shards = buffer_shards
+        if rank is None or world_size is None:
+            if torch.distributed.is_available() and torch.distributed.is_initialized():
+                rank, world_size = torch.distributed.get_rank(), torch.distributed.get_world_size()
+            else:
+                rank, world_size = 0, 1
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank {rank} outside world size {world_size}")
+        self.rank, self.world_size = rank, world_size
+        self.cache = cache or ShardCache()
+        self.indexes = [self.cache.read_index(s.index_url) for s in self.sources]
+        self.eos_id = eos_id
+        self.epoch = 0
+        self.start_batch = 0
+
+    # --- the plan: pure functions of (seed, epoch, indexes) ---------------------------------
+    def groups(self, epoch: int) -> list[list[Group]]:
+        out = []
+        for stream, index in enumerate(self.indexes):
+            shards = index["shards"]
+            order = shard_permutation(len(shards), self.seed, epoch, stream)
+            picked = [shards[i] for i in order]
+            out.append([Group(stream, tuple(s["name"] for s in picked[g:g + self.buffer_shards]),
+                              tuple(int(s["num_tokens"]) for s in picked[g:g + self.buffer_shards]))
+                        for g in range(0, len(picked), self.buffer_shards)])
+        return out
+
+    def plan(self, epoch: int) -> list[tuple[int, int, int]]:
+        """Every sample of the epoch for this rank: (stream, group, window in group)."""
+        per_stream = []
+        for groups in self.groups(epoch):
+            samples = []
+            for g, group in enumerate(groups):
+                n = windows_in(group.total, self.seq_len)
+                samples += [(g, int(w)) for w in window_permutation(n, self.seed, epoch, group.stream, g)]
+            per_stream.append(samples)
+        weights = [s.weight for s in self.sources]
+        mixed = [(s, *per_stream[s][i]) for s, i in mix_schedule([len(p) for p in per_stream], weights)]
+        per_rank = len(mixed) // self.world_size
+        return mixed[self.rank::self.world_size][:per_rank]
+
+    def __len__(self) -> int:
+        """Full batches per rank in the current epoch."""
+        return len(self.plan(self.epoch)) // self.batch_size
+
+    # --- resume ---------------------------------------------------------------------------
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+        self.start_batch = 0
+
+    def state_dict(self, batches_consumed: int) -> dict[str, int]:
+        return {"epoch": self.epoch, "batches": batches_consumed, "seed": self.seed}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        if state.get("seed", self.seed) != self.seed:
+            raise ValueError(f"state is for seed {state['seed']}, this dataset uses {self.seed}")
+        self.epoch = int(state["epoch"])
+        self.start_batch = int(state["batches"])
+
+    # --- reading --------------------------------------------------------------------------
+    def _window(self, group: Group, window: int) -> tuple[np.ndarray, np.ndarray]:
+        start = window * self.seq_len
+        stop = start + self.seq_len + 1
+        parts, docs_start = [], []
+        offset = 0
+        for name, count in zip(group.shards, group.tokens):
+            lo, hi = max(start, offset), min(stop, offset + count)
+            if lo < hi:
+                tokens = self.cache.tokens(self.sources[group.stream].index_url, name)
+                parts.append(np.asarray(tokens[lo - offset:hi - offset], dtype=np.int64))
+            offset += count
+        tokens = np.concatenate(parts)
+        return tokens, self._positions(tokens)
+
+    def _positions(self, tokens: np.ndarray) -> np.ndarray:
+        if self.eos_id is None:
+            return np.arange(len(tokens), dtype=np.int64)
+        ends = np.flatnonzero(tokens == self.eos_id) + 1  # a new document starts after EOS
+        positions = np.arange(len(tokens), dtype=np.int64)
+        starts = np.zeros(len(tokens), dtype=np.int64)
+        starts[ends[ends < len(tokens)]] = ends[ends < len(tokens)]
+        return positions - np.maximum.accumulate(starts)
+
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        info = get_worker_info()
+        workers, worker = (info.num_workers, info.id) if info else (1, 0)
+        plan = self.plan(self.epoch)
+        groups = self.groups(self.epoch)
+        batches = len(plan) // self.batch_size
+        # The DataLoader takes batch k from worker k % W, so worker w makes batches
+        # start + w, start + w + W, ...: the rank order is kept whatever W is.
+        for batch in range(self.start_batch + worker, batches, workers):
+            for stream, group, window in plan[batch * self.batch_size:(batch + 1) * self.batch_size]:
+                tokens, positions = self._window(groups[stream][group], window)
+                yield {"tokens": torch.from_numpy(tokens), "position_ids": torch.from_numpy(positions)}
+
+
+class TokenLoader(DataLoader):
+    """A DataLoader that counts the batches it hands out, for exact resume."""
+
+    def __init__(self, dataset: TokenDataset, **kwargs: Any) -> None:
+        super().__init__(dataset, batch_size=dataset.batch_size, **kwargs)
+        self.batches = dataset.start_batch
+
+    def __iter__(self) -> Iterator[Any]:
+        self.batches = self.dataset.start_batch
+        for batch in super().__iter__():
+            self.batches += 1
+            yield batch
+
+    def state_dict(self) -> dict[str, int]:
+        return self.dataset.state_dict(self.batches)
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.dataset.load_state_dict(state)
+        self.batches = self.dataset.start_batch
