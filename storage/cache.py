@@ -177,3 +177,48 @@ class ShardCache:
 
     def used_bytes(self) -> int:
         return sum(self._lru.values())
+
+
+class Prefetcher:
+    """A background thread that pulls the next shards of the plan into the hot cache.
+
+    ``ahead(names)`` replaces the queue with the shards the reader will need next (in
+    order, at most ``depth``); the thread downloads them while the reader works on the
+    current ones. Errors are kept and raised to the reader when it reaches that shard
+    (``ShardCache.local_path`` retries and verifies on its own). ``close()`` stops it.
+    """
+
+    def __init__(self, cache: ShardCache, index_url: str, depth: int = 4) -> None:
+        self.cache = cache
+        self.index_url = index_url
+        self.depth = depth
+        self._queue: list[str] = []
+        self._cond = threading.Condition()
+        self._stop = False
+        self.errors: dict[str, BaseException] = {}
+        self._thread = threading.Thread(target=self._run, name="shard-prefetch", daemon=True)
+        self._thread.start()
+
+    def ahead(self, names: list[str]) -> None:
+        with self._cond:
+            self._queue = list(names[:self.depth])
+            self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not self._stop:
+                    self._cond.wait()
+                if self._stop:
+                    return
+                name = self._queue.pop(0)
+            try:
+                self.cache.local_path(self.index_url, name)
+            except BaseException as exc:  # surfaced to the reader when it needs the shard
+                self.errors[name] = exc
+
+    def close(self) -> None:
+        with self._cond:
+            self._stop = True
+            self._cond.notify()
+        self._thread.join(timeout=5)

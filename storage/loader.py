@@ -88,7 +88,8 @@ class TokenDataset(IterableDataset):
 
     def __init__(self, sources: Sequence[Source], seq_len: int, batch_size: int, seed: int = 0,
                  buffer_shards: int = 4, rank: Optional[int] = None, world_size: Optional[int] = None,
-                 cache: Optional[ShardCache] = None, eos_id: Optional[int] = None) -> None:
+                 cache: Optional[ShardCache] = None, eos_id: Optional[int] = None,
+                 prefetch_depth: int = 4) -> None:
         if seq_len <= 0 or batch_size <= 0 or buffer_shards <= 0:
             raise ValueError("seq_len, batch_size and buffer_shards must be > 0")
         self.sources = list(sources)
@@ -107,6 +108,7 @@ class TokenDataset(IterableDataset):
         self.cache = cache or ShardCache()
         self.indexes = [self.cache.read_index(s.index_url) for s in self.sources]
         self.eos_id = eos_id
+        self.prefetch_depth = prefetch_depth
         self.epoch = 0
         self.start_batch = 0
 
@@ -179,29 +181,85 @@ class TokenDataset(IterableDataset):
         return positions - np.maximum.accumulate(starts)
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        from storage.cache import Prefetcher
+
         info = get_worker_info()
         workers, worker = (info.num_workers, info.id) if info else (1, 0)
         plan = self.plan(self.epoch)
         groups = self.groups(self.epoch)
         batches = len(plan) // self.batch_size
-        # The DataLoader takes batch k from worker k % W, so worker w makes batches
-        # start + w, start + w + W, ...: the rank order is kept whatever W is.
-        for batch in range(self.start_batch + worker, batches, workers):
-            for stream, group, window in plan[batch * self.batch_size:(batch + 1) * self.batch_size]:
-                tokens, positions = self._window(groups[stream][group], window)
-                yield {"tokens": torch.from_numpy(tokens), "position_ids": torch.from_numpy(positions)}
+        prefetchers = {s.index_url: Prefetcher(self.cache, s.index_url, self.prefetch_depth)
+                       for s in self.sources} if self.prefetch_depth else {}
+        try:
+            # The DataLoader takes batch k from worker k % W, so worker w makes batches
+            # start + w, start + w + W, ...: the rank order is kept whatever W is.
+            for batch in range(self.start_batch + worker, batches, workers):
+                samples = plan[batch * self.batch_size:(batch + 1) * self.batch_size]
+                if prefetchers:
+                    self._prefetch(prefetchers, groups, plan, (batch + workers) * self.batch_size)
+                for stream, group, window in samples:
+                    tokens, positions = self._window(groups[stream][group], window)
+                    yield {"tokens": torch.from_numpy(tokens), "position_ids": torch.from_numpy(positions)}
+        finally:
+            for prefetcher in prefetchers.values():
+                prefetcher.close()
+
+    def _prefetch(self, prefetchers: dict[str, Any], groups: list[list[Group]],
+                  plan: list[tuple[int, int, int]], start: int) -> None:
+        """Queue the shards of the next samples this worker will read."""
+        upcoming: dict[str, list[str]] = {url: [] for url in prefetchers}
+        for stream, group, _ in plan[start:start + self.batch_size * 8]:
+            url = self.sources[stream].index_url
+            for name in groups[stream][group].shards:
+                if name not in upcoming[url]:
+                    upcoming[url].append(name)
+        for url, names in upcoming.items():
+            prefetchers[url].ahead(names)
+
+
+@dataclass
+class LoaderStats:
+    """Time the consumer waited for data vs total time between its requests."""
+
+    wait_s: float = 0.0
+    total_s: float = 0.0
+    batches: int = 0
+    first_batch_s: float = 0.0  # time to first batch, kept out of the steady-state fraction
+
+    @property
+    def data_wait_fraction(self) -> float:
+        return self.wait_s / self.total_s if self.total_s else 0.0
 
 
 class TokenLoader(DataLoader):
-    """A DataLoader that counts the batches it hands out, for exact resume."""
+    """A DataLoader that counts the batches it hands out (exact resume) and measures the
+    data-wait fraction (``stats``)."""
 
     def __init__(self, dataset: TokenDataset, **kwargs: Any) -> None:
         super().__init__(dataset, batch_size=dataset.batch_size, **kwargs)
         self.batches = dataset.start_batch
+        self.stats = LoaderStats()
 
     def __iter__(self) -> Iterator[Any]:
+        import time
+
         self.batches = self.dataset.start_batch
-        for batch in super().__iter__():
+        iterator = super().__iter__()
+        last = time.perf_counter()
+        while True:
+            t0 = time.perf_counter()
+            try:
+                batch = next(iterator)
+            except StopIteration:
+                return
+            now = time.perf_counter()
+            if self.stats.batches == 0:
+                self.stats.first_batch_s = now - t0
+            else:
+                self.stats.wait_s += now - t0
+                self.stats.total_s += now - last
+            self.stats.batches += 1
+            last = now
             self.batches += 1
             yield batch
 
