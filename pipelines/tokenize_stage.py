@@ -120,6 +120,9 @@ class TokenizeDriver:
         records = sorted(_read_records(self.work), key=lambda r: r["name"])
         self._write_documents(records)
         self.tokenizer_sha256 = sha256_file(local_copy(self.model))
+        import sentencepiece as spm
+
+        self.vocab_size = spm.SentencePieceProcessor(model_file=local_copy(self.model)).get_piece_size()
         self._write_index(records, self.tokenizer_sha256)
         if self.storage is not None and self.storage.warm:
             from storage.tiers import copy_version
@@ -155,6 +158,7 @@ class TokenizeDriver:
             "format": "tokenfactory.tokens", "index_version": INDEX_VERSION,
             "dataset": self.config.dataset, "version": self.version, "created_at": self.created_at,
             "tokenizer": {"path": self.model, "sha256": tokenizer_sha},
+            "vocab_size": self.vocab_size,
             "dtype": records[0]["dtype"] if records else None, "seed": self.config.seed,
             "eos_appended": self.config.append_eos,
             "num_shards": len(records), "num_docs": sum(r["num_docs"] for r in records),
