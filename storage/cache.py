@@ -165,6 +165,27 @@ class ShardCache:
         self._maps[path] = array
         return array
 
+    def doc_index(self, index_url: str, name: str) -> np.ndarray:
+        """The shard's document boundaries (uint64), read by range without the payload."""
+        key = f"{index_url}#{name}"
+        cached = self._doc_indexes.get(key) if hasattr(self, "_doc_indexes") else None
+        if cached is not None:
+            return cached
+        source = self._source(index_url, name)
+        fs, path = fsspec.core.url_to_fs(source)
+        header = fs.cat_file(path, start=0, end=HEADER_SIZE)
+        magic, _, _, n_docs, _, _, index_at, _, _ = _HEADER.unpack(header)
+        if magic != b"TFSHARD1":
+            raise ShardError(f"{source}: not a token shard")
+        raw = fs.cat_file(path, start=index_at, end=index_at + 8 * (n_docs + 1))
+        if len(raw) != 8 * (n_docs + 1):
+            raise ShardError(f"{source}: document index truncated")
+        index = np.frombuffer(raw, dtype="<u8")
+        if not hasattr(self, "_doc_indexes"):
+            self._doc_indexes: dict[str, np.ndarray] = {}
+        self._doc_indexes[key] = index
+        return index
+
     def pin(self, paths: list[str]) -> None:
         with self._lock:
             for p in paths:

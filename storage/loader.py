@@ -11,6 +11,9 @@ depends on timing, ranks' speed or the number of DataLoader workers.
   counts in ``index.json``, not the shards.
 * Several datasets are mixed by a smooth weighted round robin; an epoch ends when the
   first dataset runs out of windows.
+* ``pack="document"``: windows never cross a document; the last window of a document
+  is padded with ``pad_id`` and a ``mask`` marks the real tokens; ``position_ids``
+  count from the document's start (planning reads the shards' document indexes by range).
 * Ranks take every R-th sample and the same number each (the remainder is dropped), so
   every rank gets the same number of batches. Inside a rank, DataLoader worker w makes
   batches w, w+W, w+2W...: the DataLoader hands batches back in exactly the rank order
@@ -89,9 +92,13 @@ class TokenDataset(IterableDataset):
     def __init__(self, sources: Sequence[Source], seq_len: int, batch_size: int, seed: int = 0,
                  buffer_shards: int = 4, rank: Optional[int] = None, world_size: Optional[int] = None,
                  cache: Optional[ShardCache] = None, eos_id: Optional[int] = None,
-                 prefetch_depth: int = 4) -> None:
+                 prefetch_depth: int = 4, pack: str = "concat", pad_id: int = 0) -> None:
         if seq_len <= 0 or batch_size <= 0 or buffer_shards <= 0:
             raise ValueError("seq_len, batch_size and buffer_shards must be > 0")
+        if pack not in ("concat", "document"):
+            raise ValueError(f"pack must be concat or document, got {pack!r}")
+        self.pack = pack
+        self.pad_id = pad_id
         self.sources = list(sources)
         self.seq_len = seq_len
         self.batch_size = batch_size
@@ -130,7 +137,8 @@ class TokenDataset(IterableDataset):
         for groups in self.groups(epoch):
             samples = []
             for g, group in enumerate(groups):
-                n = windows_in(group.total, self.seq_len)
+                n = (windows_in(group.total, self.seq_len) if self.pack == "concat"
+                     else len(self._doc_windows(group)))
                 samples += [(g, int(w)) for w in window_permutation(n, self.seed, epoch, group.stream, g)]
             per_stream.append(samples)
         weights = [s.weight for s in self.sources]
@@ -155,6 +163,37 @@ class TokenDataset(IterableDataset):
             raise ValueError(f"state is for seed {state['seed']}, this dataset uses {self.seed}")
         self.epoch = int(state["epoch"])
         self.start_batch = int(state["batches"])
+
+    # --- document-aware packing -------------------------------------------------------------
+    def _doc_windows(self, group: Group) -> list[tuple[int, int, int]]:
+        """(shard in group, first token of the document in the shard, start in the document,
+        length of the document) of every window that stays inside one document."""
+        key = (group.stream, group.shards)
+        cache = self.__dict__.setdefault("_doc_window_cache", {})
+        if key in cache:
+            return cache[key]
+        url = self.sources[group.stream].index_url
+        out = []
+        for i, name in enumerate(group.shards):
+            bounds = self.cache.doc_index(url, name)
+            for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+                length = hi - lo
+                for start in range(0, max(length - 1, 0), self.seq_len):
+                    out.append((i, lo, start, length))
+        cache[key] = out
+        return out
+
+    def _doc_window(self, group: Group, window: int) -> dict[str, torch.Tensor]:
+        shard, doc_start, start, length = self._doc_windows(group)[window]
+        tokens = self.cache.tokens(self.sources[group.stream].index_url, group.shards[shard])
+        take = min(self.seq_len + 1, length - start)
+        out = np.full(self.seq_len + 1, self.pad_id, dtype=np.int64)
+        out[:take] = tokens[doc_start + start:doc_start + start + take]
+        mask = np.zeros(self.seq_len + 1, dtype=bool)
+        mask[:take] = True
+        positions = np.arange(start, start + self.seq_len + 1, dtype=np.int64)
+        return {"tokens": torch.from_numpy(out), "position_ids": torch.from_numpy(positions),
+                "mask": torch.from_numpy(mask)}
 
     # --- reading --------------------------------------------------------------------------
     def _window(self, group: Group, window: int) -> tuple[np.ndarray, np.ndarray]:
@@ -198,6 +237,9 @@ class TokenDataset(IterableDataset):
                 if prefetchers:
                     self._prefetch(prefetchers, groups, plan, (batch + workers) * self.batch_size)
                 for stream, group, window in samples:
+                    if self.pack == "document":
+                        yield self._doc_window(groups[stream][group], window)
+                        continue
                     tokens, positions = self._window(groups[stream][group], window)
                     yield {"tokens": torch.from_numpy(tokens), "position_ids": torch.from_numpy(positions)}
         finally:

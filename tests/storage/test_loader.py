@@ -180,3 +180,28 @@ def test_prefetch_hides_s3_latency_at_100k_tokens_per_s(tmp_path, s3_env, monkey
         time.sleep(batch["tokens"].numel() / 100_000)  # the trainer's step
     assert loader.stats.batches >= 10
     assert loader.stats.data_wait_fraction < 0.01, loader.stats
+
+
+def test_document_packing_never_crosses_a_document(tmp_path):
+    index = make_dataset(tmp_path / "d")
+    ds = TokenDataset([Source(index)], seq_len=32, batch_size=2, pack="document", pad_id=0, seed=4)
+    samples = [s for s in ds]
+    assert samples and all(set(s) == {"tokens", "position_ids", "mask"} for s in samples)
+    covered = set()
+    for s in samples:
+        tokens, mask = s["tokens"].numpy(), s["mask"].numpy()
+        real = tokens[mask]
+        body = real[real != EOS]
+        assert np.all(np.diff(body) == 1)  # consecutive ids: one document only
+        assert EOS not in real[:-1]  # EOS can only close the window
+        assert not mask[len(real):].any()
+        covered.update(body.tolist())
+    every = set()
+    for shard in json.loads(Path(index).read_text())["shards"]:
+        from storage.shards import decode_shard
+
+        every.update(t for t in decode_shard((tmp_path / "d" / shard["name"]).read_bytes()).tokens.tolist() if t)
+    assert covered == every  # every token of every document is in some window
+    again = [s["tokens"].tolist() for s in TokenDataset([Source(index)], seq_len=32, batch_size=2,
+                                                        pack="document", seed=4)]
+    assert again == [s["tokens"].tolist() for s in samples]
