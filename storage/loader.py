@@ -22,8 +22,8 @@ depends on timing, ranks' speed or the number of DataLoader workers.
 
 from __future__ import annotations
 
-import json
-import math
+import bisect
+import itertools
 from dataclasses import dataclass
 from typing import Any, Iterator, Optional, Sequence
 
@@ -196,20 +196,6 @@ class TokenDataset(IterableDataset):
                 "mask": torch.from_numpy(mask)}
 
     # --- reading --------------------------------------------------------------------------
-    def _window(self, group: Group, window: int) -> tuple[np.ndarray, np.ndarray]:
-        start = window * self.seq_len
-        stop = start + self.seq_len + 1
-        parts, docs_start = [], []
-        offset = 0
-        for name, count in zip(group.shards, group.tokens):
-            lo, hi = max(start, offset), min(stop, offset + count)
-            if lo < hi:
-                tokens = self.cache.tokens(self.sources[group.stream].index_url, name)
-                parts.append(np.asarray(tokens[lo - offset:hi - offset], dtype=np.int64))
-            offset += count
-        tokens = np.concatenate(parts)
-        return tokens, self._positions(tokens)
-
     def _positions(self, tokens: np.ndarray) -> np.ndarray:
         if self.eos_id is None:
             return np.arange(len(tokens), dtype=np.int64)
@@ -219,7 +205,47 @@ class TokenDataset(IterableDataset):
         starts[ends[ends < len(tokens)]] = ends[ends < len(tokens)]
         return positions - np.maximum.accumulate(starts)
 
+    def _resolve(self, group: Group) -> tuple[list[np.ndarray], np.ndarray]:
+        """The group's shard token arrays (memory maps) and their cumulative offsets."""
+        url = self.sources[group.stream].index_url
+        arrays = [self.cache.tokens(url, name) for name in group.shards]
+        return arrays, [0] + list(itertools.accumulate(group.tokens))  # a few ints: bisect beats numpy
+
+    def _fill(self, row: np.ndarray, resolved: tuple[list[np.ndarray], list[int]], window: int) -> None:
+        arrays, cum = resolved
+        start = window * self.seq_len
+        stop = start + self.seq_len + 1
+        i = bisect.bisect_right(cum, start) - 1
+        if stop <= cum[i + 1]:  # the common case: the window lies in one shard
+            row[:] = arrays[i][start - cum[i]:stop - cum[i]]
+            return
+        filled = 0
+        while filled < len(row):
+            lo = start + filled - cum[i]
+            take = min(len(row) - filled, int(cum[i + 1] - cum[i]) - lo)
+            row[filled:filled + take] = arrays[i][lo:lo + take]
+            filled += take
+            i += 1
+
+    def _batch(self, samples: list[tuple[int, int, int]], groups: list[list[Group]],
+               resolved: dict[tuple[int, int], Any]) -> dict[str, torch.Tensor]:
+        if self.pack == "document":
+            rows = [self._doc_window(groups[s][g], w) for s, g, w in samples]
+            return {k: torch.stack([r[k] for r in rows]) for k in rows[0]}
+        out = np.empty((len(samples), self.seq_len + 1), dtype=np.int64)
+        for r, (stream, group, window) in enumerate(samples):
+            key = (stream, group)
+            if key not in resolved:
+                resolved[key] = self._resolve(groups[stream][group])
+            self._fill(out[r], resolved[key], window)
+        if self.eos_id is None:
+            positions = self._arange.expand(len(samples), -1)
+        else:
+            positions = torch.from_numpy(np.stack([self._positions(row) for row in out]))
+        return {"tokens": torch.from_numpy(out), "position_ids": positions}
+
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        """Whole batches (the loader uses ``batch_size=None``): no per-sample collation."""
         from storage.cache import Prefetcher
 
         info = get_worker_info()
@@ -227,8 +253,10 @@ class TokenDataset(IterableDataset):
         plan = self.plan(self.epoch)
         groups = self.groups(self.epoch)
         batches = len(plan) // self.batch_size
+        self._arange = torch.arange(self.seq_len + 1)
         prefetchers = {s.index_url: Prefetcher(self.cache, s.index_url, self.prefetch_depth)
                        for s in self.sources} if self.prefetch_depth else {}
+        resolved: dict[tuple[int, int], Any] = {}
         try:
             # The DataLoader takes batch k from worker k % W, so worker w makes batches
             # start + w, start + w + W, ...: the rank order is kept whatever W is.
@@ -236,12 +264,9 @@ class TokenDataset(IterableDataset):
                 samples = plan[batch * self.batch_size:(batch + 1) * self.batch_size]
                 if prefetchers:
                     self._prefetch(prefetchers, groups, plan, (batch + workers) * self.batch_size)
-                for stream, group, window in samples:
-                    if self.pack == "document":
-                        yield self._doc_window(groups[stream][group], window)
-                        continue
-                    tokens, positions = self._window(groups[stream][group], window)
-                    yield {"tokens": torch.from_numpy(tokens), "position_ids": torch.from_numpy(positions)}
+                if len(resolved) > 2 * len(self.sources) + 2:
+                    resolved.clear()  # keep only recent groups' maps referenced
+                yield self._batch(samples, groups, resolved)
         finally:
             for prefetcher in prefetchers.values():
                 prefetcher.close()
@@ -278,7 +303,7 @@ class TokenLoader(DataLoader):
     data-wait fraction (``stats``)."""
 
     def __init__(self, dataset: TokenDataset, **kwargs: Any) -> None:
-        super().__init__(dataset, batch_size=dataset.batch_size, **kwargs)
+        super().__init__(dataset, batch_size=None, **kwargs)  # the dataset yields whole batches
         self.batches = dataset.start_batch
         self.stats = LoaderStats()
 

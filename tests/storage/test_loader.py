@@ -78,8 +78,8 @@ def test_no_window_lost_or_repeated_across_ranks_and_workers(tmp_path):
 def test_windows_are_contiguous_tokens_with_position_reset(tmp_path):
     index = make_dataset(tmp_path / "d")
     ds = TokenDataset([Source(index)], seq_len=32, batch_size=1, eos_id=EOS)
-    sample = next(iter(ds))
-    tokens, positions = sample["tokens"].numpy(), sample["position_ids"].numpy()
+    batch = next(iter(ds))  # the dataset yields whole batches
+    tokens, positions = batch["tokens"][0].numpy(), batch["position_ids"][0].numpy()
     assert len(tokens) == 33
     for i in range(1, 33):
         if tokens[i - 1] == EOS:
@@ -185,8 +185,9 @@ def test_prefetch_hides_s3_latency_at_100k_tokens_per_s(tmp_path, s3_env, monkey
 def test_document_packing_never_crosses_a_document(tmp_path):
     index = make_dataset(tmp_path / "d")
     ds = TokenDataset([Source(index)], seq_len=32, batch_size=2, pack="document", pad_id=0, seed=4)
-    samples = [s for s in ds]
-    assert samples and all(set(s) == {"tokens", "position_ids", "mask"} for s in samples)
+    batches = list(ds)
+    assert batches and all(set(b) == {"tokens", "position_ids", "mask"} for b in batches)
+    samples = [{k: b[k][i] for k in b} for b in batches for i in range(len(b["tokens"]))]
     covered = set()
     for s in samples:
         tokens, mask = s["tokens"].numpy(), s["mask"].numpy()
@@ -202,6 +203,6 @@ def test_document_packing_never_crosses_a_document(tmp_path):
 
         every.update(t for t in decode_shard((tmp_path / "d" / shard["name"]).read_bytes()).tokens.tolist() if t)
     assert covered == every  # every token of every document is in some window
-    again = [s["tokens"].tolist() for s in TokenDataset([Source(index)], seq_len=32, batch_size=2,
+    again = [b["tokens"].tolist() for b in TokenDataset([Source(index)], seq_len=32, batch_size=2,
                                                         pack="document", seed=4)]
-    assert again == [s["tokens"].tolist() for s in samples]
+    assert again == [b["tokens"].tolist() for b in batches]
