@@ -77,20 +77,22 @@ def rate(loader, batches: int) -> float:
     return n * BATCH * (SEQ + 1) / (time.perf_counter() - t0)
 
 
+def _litdata_emit(item: tuple[str, int]):
+    """One 1M-token piece of the corpus (module level: litdata pickles it to workers)."""
+    path, i = item
+    arr = np.load(path, mmap_mode="r")
+    yield torch.from_numpy(np.asarray(arr[i << 20:(i + 1) << 20], dtype=np.int64))
+
+
 def litdata_loader(docs: list[np.ndarray], tmp: Path, workers: int):
     from litdata import StreamingDataLoader, StreamingDataset, TokensLoader, optimize
 
     out = tmp / "litdata"
     if not out.exists():
         np.save(tmp / "all.npy", np.concatenate(docs))
-
-        def emit(i: int):
-            arr = np.load(tmp / "all.npy", mmap_mode="r")
-            step = 1 << 20
-            yield torch.from_numpy(np.asarray(arr[i * step:(i + 1) * step], dtype=np.int64))
-
         total = sum(len(d) for d in docs)
-        optimize(fn=emit, inputs=list(range((total >> 20) + 1)), output_dir=str(out),
+        optimize(fn=_litdata_emit, inputs=[(str(tmp / "all.npy"), i) for i in range((total >> 20) + 1)],
+                 output_dir=str(out),
                  chunk_size=(SEQ + 1) * 1024, item_loader=TokensLoader(), num_workers=1, verbose=False)
     ds = StreamingDataset(input_dir=str(out), item_loader=TokensLoader(block_size=SEQ + 1), shuffle=True,
                           drop_last=True)

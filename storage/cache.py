@@ -68,6 +68,17 @@ class ShardCache:
         self._lock = threading.Lock()
         os.makedirs(self.hot_dir, exist_ok=True)
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Picklable for spawned DataLoader workers: settings and indexes travel, locks,
+        memory maps and LRU state are rebuilt in the worker."""
+        return {"hot_dir": self.hot_dir, "budget_bytes": self.budget_bytes, "verify": self.verify,
+                "retries": self.retries, "backoff_s": self.backoff_s, "indexes": self._indexes}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        indexes = state.pop("indexes")
+        self.__init__(**state)  # type: ignore[misc]
+        self._indexes = indexes
+
     def read_index(self, url: str) -> dict[str, Any]:
         if url not in self._indexes:
             with fsspec.open(url, "rb") as fh:

@@ -206,3 +206,15 @@ def test_document_packing_never_crosses_a_document(tmp_path):
     again = [b["tokens"].tolist() for b in TokenDataset([Source(index)], seq_len=32, batch_size=2,
                                                         pack="document", seed=4)]
     assert again == [b["tokens"].tolist() for b in batches]
+
+
+def test_dataset_pickles_for_spawned_workers(tmp_path):
+    import pickle
+
+    index = make_dataset(tmp_path / "d")
+    ds = TokenDataset([Source(index)], seq_len=16, batch_size=2, seed=9)
+    clone = pickle.loads(pickle.dumps(ds))
+    assert [b["tokens"].tolist() for b in clone] == [b["tokens"].tolist() for b in ds]
+    loader = TokenLoader(TokenDataset([Source(index)], seq_len=16, batch_size=2, seed=9),
+                         num_workers=2, multiprocessing_context="spawn")
+    assert [tuple(r.tolist()) for b in loader for r in b["tokens"]] == windows(ds)
