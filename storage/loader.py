@@ -87,7 +87,9 @@ def mix_schedule(lengths: Sequence[int], weights: Sequence[float]) -> list[tuple
 
 
 class TokenDataset(IterableDataset):
-    """Windows of ``seq_len + 1`` tokens as ``{"tokens", "position_ids"}`` int64 tensors."""
+    """Batches of windows of ``seq_len + 1`` tokens: ``{"tokens"}`` int64, plus
+    ``position_ids`` restarting after each EOS when ``eos_id`` is given (concat packing),
+    or ``mask`` and ``position_ids`` (document packing)."""
 
     def __init__(self, sources: Sequence[Source], seq_len: int, batch_size: int, seed: int = 0,
                  buffer_shards: int = 4, rank: Optional[int] = None, world_size: Optional[int] = None,
@@ -238,10 +240,9 @@ class TokenDataset(IterableDataset):
             if key not in resolved:
                 resolved[key] = self._resolve(groups[stream][group])
             self._fill(out[r], resolved[key], window)
-        if self.eos_id is None:
-            positions = self._arange.expand(len(samples), -1)
-        else:
-            positions = torch.from_numpy(np.stack([self._positions(row) for row in out]))
+        if self.eos_id is None:  # positions are just 0..seq_len: not worth shipping
+            return {"tokens": torch.from_numpy(out)}
+        positions = torch.from_numpy(np.stack([self._positions(row) for row in out]))
         return {"tokens": torch.from_numpy(out), "position_ids": positions}
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
@@ -253,7 +254,6 @@ class TokenDataset(IterableDataset):
         plan = self.plan(self.epoch)
         groups = self.groups(self.epoch)
         batches = len(plan) // self.batch_size
-        self._arange = torch.arange(self.seq_len + 1)
         prefetchers = {s.index_url: Prefetcher(self.cache, s.index_url, self.prefetch_depth)
                        for s in self.sources} if self.prefetch_depth else {}
         resolved: dict[tuple[int, int], Any] = {}
