@@ -65,6 +65,7 @@ class ShardCache:
         self._pins: dict[str, int] = {}
         self._maps: dict[str, np.ndarray] = {}
         self._indexes: dict[str, dict[str, Any]] = {}
+        self._inflight: dict[str, threading.Event] = {}
         self._lock = threading.Lock()
         os.makedirs(self.hot_dir, exist_ok=True)
 
@@ -106,12 +107,22 @@ class ShardCache:
                 self._lru.move_to_end(path)
                 self.stats.hits += 1
                 return path
-        entry = self._entry(index_url, name)
-        self._make_room(entry["num_bytes"])
-        self._download(source, path, entry)
-        with self._lock:
-            self._lru[path] = entry["num_bytes"]
-            self.stats.misses += 1
+            pending = self._inflight.get(path)
+            if pending is None:
+                self._inflight[path] = threading.Event()
+        if pending is not None:  # another thread (the prefetcher) is fetching it: wait for it
+            pending.wait()
+            return self.local_path(index_url, name)
+        try:
+            entry = self._entry(index_url, name)
+            self._make_room(entry["num_bytes"])
+            self._download(source, path, entry)
+            with self._lock:
+                self._lru[path] = entry["num_bytes"]
+                self.stats.misses += 1
+        finally:
+            with self._lock:
+                self._inflight.pop(path).set()
         return path
 
     def _make_room(self, size: int) -> None:

@@ -262,8 +262,10 @@ class TokenDataset(IterableDataset):
             # start + w, start + w + W, ...: the rank order is kept whatever W is.
             for batch in range(self.start_batch + worker, batches, workers):
                 samples = plan[batch * self.batch_size:(batch + 1) * self.batch_size]
-                if prefetchers:
-                    self._prefetch(prefetchers, groups, plan, (batch + workers) * self.batch_size)
+                if prefetchers and (batch - self.start_batch - worker) % (8 * workers) == 0:
+                    # every 8 of this worker's batches: queue the shards of the next ones
+                    self._prefetch(prefetchers, groups, plan, (batch + workers) * self.batch_size,
+                                   16 * workers * self.batch_size)
                 if len(resolved) > 2 * len(self.sources) + 2:
                     resolved.clear()  # keep only recent groups' maps referenced
                 yield self._batch(samples, groups, resolved)
@@ -272,10 +274,10 @@ class TokenDataset(IterableDataset):
                 prefetcher.close()
 
     def _prefetch(self, prefetchers: dict[str, Any], groups: list[list[Group]],
-                  plan: list[tuple[int, int, int]], start: int) -> None:
-        """Queue the shards of the next samples this worker will read."""
+                  plan: list[tuple[int, int, int]], start: int, span: int) -> None:
+        """Queue the shards of the next ``span`` samples."""
         upcoming: dict[str, list[str]] = {url: [] for url in prefetchers}
-        for stream, group, _ in plan[start:start + self.batch_size * 8]:
+        for stream, group, _ in plan[start:start + span]:
             url = self.sources[stream].index_url
             for name in groups[stream][group].shards:
                 if name not in upcoming[url]:
@@ -292,6 +294,7 @@ class LoaderStats:
     total_s: float = 0.0
     batches: int = 0
     first_batch_s: float = 0.0  # time to first batch, kept out of the steady-state fraction
+    max_wait_s: float = 0.0
 
     @property
     def data_wait_fraction(self) -> float:
@@ -325,6 +328,7 @@ class TokenLoader(DataLoader):
             else:
                 self.stats.wait_s += now - t0
                 self.stats.total_s += now - last
+                self.stats.max_wait_s = max(self.stats.max_wait_s, now - t0)
             self.stats.batches += 1
             last = now
             self.batches += 1
