@@ -66,8 +66,20 @@ class ShardCache:
         self._maps: dict[str, np.ndarray] = {}
         self._indexes: dict[str, dict[str, Any]] = {}
         self._inflight: dict[str, threading.Event] = {}
+        self._reserved = 0
         self._lock = threading.Lock()
         os.makedirs(self.hot_dir, exist_ok=True)
+        self._remove_stale_partials()
+
+    def _remove_stale_partials(self) -> None:
+        """Partial downloads of a killed process never become shards: delete them."""
+        for folder, _, files in os.walk(self.hot_dir):
+            for name in files:
+                if ".partial-" in name:
+                    try:
+                        os.remove(os.path.join(folder, name))
+                    except OSError:
+                        pass
 
     def __getstate__(self) -> dict[str, Any]:
         """Picklable for spawned DataLoader workers: settings and indexes travel, locks,
@@ -95,8 +107,9 @@ class ShardCache:
     def _source(self, index_url: str, name: str) -> str:
         return index_url.rsplit("/", 1)[0] + "/" + name
 
-    def local_path(self, index_url: str, name: str) -> str:
-        """A local, verified copy of the shard (downloaded into the hot tier if remote)."""
+    def local_path(self, index_url: str, name: str, pin: bool = False) -> str:
+        """A local, verified copy of the shard (downloaded into the hot tier if remote);
+        ``pin=True`` pins it in the same step, so it cannot be evicted before use."""
         source = self._source(index_url, name)
         if _is_local(index_url):
             return source.split("://", 1)[-1]
@@ -106,30 +119,55 @@ class ShardCache:
             if path in self._lru:
                 self._lru.move_to_end(path)
                 self.stats.hits += 1
+                if pin:
+                    self._pins[path] = self._pins.get(path, 0) + 1
                 return path
             pending = self._inflight.get(path)
             if pending is None:
                 self._inflight[path] = threading.Event()
         if pending is not None:  # another thread (the prefetcher) is fetching it: wait for it
             pending.wait()
-            return self.local_path(index_url, name)
+            return self.local_path(index_url, name, pin)
+        reserved = 0
         try:
             entry = self._entry(index_url, name)
-            self._make_room(entry["num_bytes"])
+            self._make_room(entry["num_bytes"])  # reserves the bytes under the lock
+            reserved = entry["num_bytes"]
             self._download(source, path, entry)
             with self._lock:
                 self._lru[path] = entry["num_bytes"]
                 self.stats.misses += 1
+                if pin:
+                    self._pins[path] = self._pins.get(path, 0) + 1
         finally:
             with self._lock:
+                self._reserved -= reserved
                 self._inflight.pop(path).set()
         return path
 
     def _make_room(self, size: int) -> None:
-        if not self.budget_bytes:
-            return
+        """Evicts least recently used unpinned shards until ``size`` more bytes fit, and
+        reserves them (two threads downloading at once cannot overshoot the budget). When
+        other downloads hold the space, waits for them (they become evictable) first."""
+        for _ in range(600):
+            try:
+                return self._try_make_room(size)
+            except CacheFullError:
+                with self._lock:
+                    pending = list(self._inflight.values())
+                    busy = self._reserved > 0
+                if not busy:
+                    raise
+                for event in pending:
+                    event.wait(timeout=0.05)
+        self._try_make_room(size)
+
+    def _try_make_room(self, size: int) -> None:
         with self._lock:
-            used = sum(self._lru.values())
+            if not self.budget_bytes:
+                self._reserved += size
+                return
+            used = sum(self._lru.values()) + self._reserved
             for path in list(self._lru):
                 if used + size <= self.budget_bytes:
                     break
@@ -141,7 +179,8 @@ class ShardCache:
                 self.stats.evictions += 1
             if used + size > self.budget_bytes:
                 raise CacheFullError(f"hot cache budget {self.budget_bytes} bytes cannot take {size} more "
-                                     f"next to {used} bytes of pinned shards")
+                                     f"next to {used} bytes of pinned or downloading shards")
+            self._reserved += size
 
     def _download(self, source: str, path: str, entry: dict[str, Any]) -> None:
         os.makedirs(os.path.dirname(path), exist_ok=True)

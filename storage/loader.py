@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import logging
 from dataclasses import dataclass
 from typing import Any, Iterator, Optional, Sequence
 
@@ -32,6 +33,8 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from storage.cache import ShardCache
+
+_LOGGER = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -118,6 +121,8 @@ class TokenDataset(IterableDataset):
         self.indexes = [self.cache.read_index(s.index_url) for s in self.sources]
         self.eos_id = eos_id
         self.prefetch_depth = prefetch_depth
+        dtypes = {idx.get("dtype") for idx in self.indexes}
+        self.bytes_per_token = 4 if "uint32" in dtypes else 2
         self.epoch = 0
         self.start_batch = 0
 
@@ -210,8 +215,16 @@ class TokenDataset(IterableDataset):
     def _resolve(self, group: Group) -> tuple[list[np.ndarray], np.ndarray]:
         """The group's shard token arrays (memory maps) and their cumulative offsets."""
         url = self.sources[group.stream].index_url
+        for name in group.shards:  # pinned before use: never evicted while read
+            self.cache.local_path(url, name, pin=True)
         arrays = [self.cache.tokens(url, name) for name in group.shards]
         return arrays, [0] + list(itertools.accumulate(group.tokens))  # a few ints: bisect beats numpy
+
+    def _release(self, resolved: dict[tuple[int, int], Any], groups: list[list[Group]]) -> None:
+        for stream, group in resolved:
+            url = self.sources[stream].index_url
+            self.cache.unpin([self.cache.local_path(url, n) for n in groups[stream][group].shards])
+        resolved.clear()
 
     def _fill(self, row: np.ndarray, resolved: tuple[list[np.ndarray], list[int]], window: int) -> None:
         arrays, cum = resolved
@@ -266,10 +279,13 @@ class TokenDataset(IterableDataset):
                     # every 8 of this worker's batches: queue the shards of the next ones
                     self._prefetch(prefetchers, groups, plan, (batch + workers) * self.batch_size,
                                    16 * workers * self.batch_size)
-                if len(resolved) > 2 * len(self.sources) + 2:
-                    resolved.clear()  # keep only recent groups' maps referenced
+                needed = {(stream, group) for stream, group, _ in samples}
+                stale = [key for key in resolved if key not in needed]
+                if stale:  # unpin the groups this batch does not read
+                    self._release({key: resolved.pop(key) for key in stale}, groups)
                 yield self._batch(samples, groups, resolved)
         finally:
+            self._release(resolved, groups)
             for prefetcher in prefetchers.values():
                 prefetcher.close()
 
@@ -293,6 +309,7 @@ class LoaderStats:
     wait_s: float = 0.0
     total_s: float = 0.0
     batches: int = 0
+    tokens: int = 0
     first_batch_s: float = 0.0  # time to first batch, kept out of the steady-state fraction
     max_wait_s: float = 0.0
 
@@ -306,6 +323,7 @@ class TokenLoader(DataLoader):
     data-wait fraction (``stats``)."""
 
     def __init__(self, dataset: TokenDataset, **kwargs: Any) -> None:
+        self.log_every = kwargs.pop("log_every", 1000)
         super().__init__(dataset, batch_size=None, **kwargs)  # the dataset yields whole batches
         self.batches = dataset.start_batch
         self.stats = LoaderStats()
@@ -330,9 +348,20 @@ class TokenLoader(DataLoader):
                 self.stats.total_s += now - last
                 self.stats.max_wait_s = max(self.stats.max_wait_s, now - t0)
             self.stats.batches += 1
+            self.stats.tokens += int(batch["tokens"].numel())
             last = now
             self.batches += 1
+            if self.stats.batches % self.log_every == 0:
+                self.log_stats()
             yield batch
+
+    def log_stats(self) -> None:
+        cache = self.dataset.cache.stats
+        _LOGGER.info("loader: %d batches, %d tokens, data-wait %.2f%%, first batch %.3fs, "
+                     "cache hit rate %.2f, %.1f MB fetched for %.1f MB consumed",
+                     self.stats.batches, self.stats.tokens, 100 * self.stats.data_wait_fraction,
+                     self.stats.first_batch_s, cache.hit_rate, cache.bytes_fetched / 1e6,
+                     self.stats.tokens * self.dataset.bytes_per_token / 1e6)
 
     def state_dict(self) -> dict[str, int]:
         return self.dataset.state_dict(self.batches)

@@ -221,3 +221,25 @@ def test_dataset_pickles_for_spawned_workers(tmp_path):
     loader = TokenLoader(TokenDataset([Source(index)], seq_len=16, batch_size=2, seed=9),
                          num_workers=2, multiprocessing_context="spawn")
     assert [tuple(r.tolist()) for b in loader for r in b["tokens"]] == windows(ds)
+
+
+def test_shards_in_use_are_pinned_and_stale_partials_removed(tmp_path, s3_env):
+    import boto3
+    import fsspec
+
+    make_dataset(tmp_path / "d")
+    boto3.client("s3").create_bucket(Bucket="pins")
+    fsspec.filesystem("s3").put(str(tmp_path / "d"), "s3://pins/v1", recursive=True)
+    index = "s3://pins/v1/index.json"
+    hot = tmp_path / "hot" / "v1"
+    hot.mkdir(parents=True)
+    (hot / "shard-00001.tfs.partial-123-456").write_bytes(b"half")
+    cache = ShardCache(hot_dir=str(tmp_path / "hot"))
+    assert not (hot / "shard-00001.tfs.partial-123-456").exists()
+    ds = TokenDataset([Source(index)], seq_len=16, batch_size=2, cache=cache, buffer_shards=2,
+                      prefetch_depth=0)
+    it = iter(ds)
+    next(it)
+    assert any(cache._pins.values())  # the group being read is pinned
+    list(it)
+    assert not any(cache._pins.values())  # and released at the end of the epoch
