@@ -14,6 +14,9 @@ depends on timing, ranks' speed or the number of DataLoader workers.
 * ``pack="document"``: windows never cross a document; the last window of a document
   is padded with ``pad_id`` and a ``mask`` marks the real tokens; ``position_ids``
   count from the document's start (planning reads the shards' document indexes by range).
+* ``on_corrupt="skip"`` drops the windows of a group whose shard fails its checksum
+  (batches get shorter; ``corrupt_shards`` names them); the default raises the
+  ``ShardError`` naming the shard.
 * Ranks take every R-th sample and the same number each (the remainder is dropped), so
   every rank gets the same number of batches. Inside a rank, DataLoader worker w makes
   batches w, w+W, w+2W...: the DataLoader hands batches back in exactly the rank order
@@ -33,6 +36,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from storage.cache import ShardCache
+from storage.shards import ShardError
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -97,13 +101,18 @@ class TokenDataset(IterableDataset):
     def __init__(self, sources: Sequence[Source], seq_len: int, batch_size: int, seed: int = 0,
                  buffer_shards: int = 4, rank: Optional[int] = None, world_size: Optional[int] = None,
                  cache: Optional[ShardCache] = None, eos_id: Optional[int] = None,
-                 prefetch_depth: int = 4, pack: str = "concat", pad_id: int = 0) -> None:
+                 prefetch_depth: int = 4, pack: str = "concat", pad_id: int = 0,
+                 on_corrupt: str = "error") -> None:
         if seq_len <= 0 or batch_size <= 0 or buffer_shards <= 0:
             raise ValueError("seq_len, batch_size and buffer_shards must be > 0")
         if pack not in ("concat", "document"):
             raise ValueError(f"pack must be concat or document, got {pack!r}")
+        if on_corrupt not in ("error", "skip"):
+            raise ValueError(f"on_corrupt must be error or skip, got {on_corrupt!r}")
         self.pack = pack
         self.pad_id = pad_id
+        self.on_corrupt = on_corrupt
+        self.corrupt_shards: set[str] = set()  # skipped under on_corrupt="skip"
         self.sources = list(sources)
         self.seq_len = seq_len
         self.batch_size = batch_size
@@ -220,8 +229,14 @@ class TokenDataset(IterableDataset):
         arrays = [self.cache.tokens(url, name) for name in group.shards]
         return arrays, [0] + list(itertools.accumulate(group.tokens))  # a few ints: bisect beats numpy
 
+    def _skip(self, group: Group, exc: Exception) -> None:
+        _LOGGER.error("skipping the windows of shards %s: %s", ", ".join(group.shards), exc)
+        self.corrupt_shards.update(group.shards)
+
     def _release(self, resolved: dict[tuple[int, int], Any], groups: list[list[Group]]) -> None:
-        for stream, group in resolved:
+        for (stream, group), value in resolved.items():
+            if value is None:
+                continue
             url = self.sources[stream].index_url
             self.cache.unpin([self.cache.local_path(url, n) for n in groups[stream][group].shards])
         resolved.clear()
@@ -248,11 +263,22 @@ class TokenDataset(IterableDataset):
             rows = [self._doc_window(groups[s][g], w) for s, g, w in samples]
             return {k: torch.stack([r[k] for r in rows]) for k in rows[0]}
         out = np.empty((len(samples), self.seq_len + 1), dtype=np.int64)
-        for r, (stream, group, window) in enumerate(samples):
+        kept = 0
+        for stream, group, window in samples:
             key = (stream, group)
             if key not in resolved:
-                resolved[key] = self._resolve(groups[stream][group])
-            self._fill(out[r], resolved[key], window)
+                try:
+                    resolved[key] = self._resolve(groups[stream][group])
+                except ShardError as exc:
+                    if self.on_corrupt == "error":
+                        raise
+                    resolved[key] = None
+                    self._skip(groups[stream][group], exc)
+            if resolved[key] is None:
+                continue  # the group has a corrupt shard: its windows are dropped
+            self._fill(out[kept], resolved[key], window)
+            kept += 1
+        out = out[:kept]
         if self.eos_id is None:  # positions are just 0..seq_len: not worth shipping
             return {"tokens": torch.from_numpy(out)}
         positions = torch.from_numpy(np.stack([self._positions(row) for row in out]))

@@ -243,3 +243,28 @@ def test_shards_in_use_are_pinned_and_stale_partials_removed(tmp_path, s3_env):
     assert any(cache._pins.values())  # the group being read is pinned
     list(it)
     assert not any(cache._pins.values())  # and released at the end of the epoch
+
+
+def test_corrupt_shard_error_or_skip(tmp_path, s3_env):
+    import boto3
+    import fsspec
+
+    from storage.shards import ShardError
+
+    make_dataset(tmp_path / "d")
+    boto3.client("s3").create_bucket(Bucket="corrupt")
+    fs = fsspec.filesystem("s3")
+    fs.put(str(tmp_path / "d"), "s3://corrupt/v1", recursive=True)
+    bad = bytearray(fs.cat("s3://corrupt/v1/shard-00002.tfs"))
+    bad[150] ^= 0xFF
+    fs.pipe("s3://corrupt/v1/shard-00002.tfs", bytes(bad))
+    index = "s3://corrupt/v1/index.json"
+    strict = TokenDataset([Source(index)], seq_len=16, batch_size=2, buffer_shards=1, prefetch_depth=0,
+                          cache=ShardCache(hot_dir=str(tmp_path / "h1")))
+    with pytest.raises(ShardError, match="shard-00002.tfs"):
+        list(strict)
+    lenient = TokenDataset([Source(index)], seq_len=16, batch_size=2, buffer_shards=1, prefetch_depth=0,
+                           cache=ShardCache(hot_dir=str(tmp_path / "h2")), on_corrupt="skip")
+    rows = sum(len(b["tokens"]) for b in lenient)
+    assert lenient.corrupt_shards == {"shard-00002.tfs"}
+    assert 0 < rows < len(lenient.plan(0))
