@@ -262,7 +262,6 @@ def _last_docs_stage(config: JobConfig) -> str:
 
 
 def plan_tokenizer(config: JobConfig) -> StagePlan:
-    from pipelines.corpus import iter_docs
     from pipelines.tokenize_stage import tokenizer_path, train_tokenizer
 
     tokenize = config.tokenize
