@@ -31,6 +31,7 @@ import argparse
 import hashlib
 import json
 import logging
+import os
 import sys
 import time
 import uuid
@@ -130,6 +131,45 @@ def _object_store(fs: Any) -> bool:
     return any(p in ("s3", "s3a", "gs", "gcs", "az", "abfs") for p in protocols)
 
 
+def _is_local_fs(fs: Any) -> bool:
+    protocols = fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)
+    return "file" in protocols or "local" in protocols
+
+
+def _download_file(src_fs: Any, src: str, dst_fs: Any, partial: str, dst: str, sha: Optional[str]) -> int:
+    """Remote → local: the filesystem's own streaming download (one request, no 8 MB
+    ranged reads: 3x faster on S3), then the sha256 of the local file, then rename."""
+    dst_fs.makedirs(dst.rsplit("/", 1)[0], exist_ok=True)
+    src_fs.get_file(src, partial)
+    header, digest = _local_sha(partial)
+    if sha is not None and (len(header) < HEADER_SIZE or digest != sha
+                            or header_sha256(header) != sha):
+        dst_fs.rm(partial)
+        raise TierError(f"checksum mismatch copying {src} (corrupt source?); destination left unchanged")
+    dst_fs.mv(partial, dst)
+    return int(dst_fs.info(dst)["size"])
+
+
+def _local_sha(path: str) -> tuple[bytes, str]:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        header = fh.read(HEADER_SIZE)
+        for block in iter(lambda: fh.read(_BLOCK), b""):
+            digest.update(block)
+    return header, digest.hexdigest()
+
+
+def _upload_file(src: str, dst_fs: Any, dst: str, sha: Optional[str]) -> int:
+    """Local → object store: verify the local file, then the store's own multipart upload
+    (the object appears only when it completes; the store checks each part's MD5)."""
+    if sha is not None:
+        header, digest = _local_sha(src)
+        if len(header) < HEADER_SIZE or digest != sha or header_sha256(header) != sha:
+            raise TierError(f"checksum mismatch copying {src} (corrupt source?); destination left unchanged")
+    dst_fs.put_file(src, dst)
+    return os.path.getsize(src)
+
+
 def _copy_file(src_fs: Any, src: str, dst_fs: Any, dst: str, sha: Optional[str]) -> int:
     """Streams src → destination, verifying the sha256 on the way; returns bytes copied.
 
@@ -140,6 +180,10 @@ def _copy_file(src_fs: Any, src: str, dst_fs: Any, dst: str, sha: Optional[str])
     parent, name = dst.rsplit("/", 1)
     direct = _object_store(dst_fs)
     partial = dst if direct else _join(parent, f".partial-{uuid.uuid4().hex[:8]}-{name}")
+    if not direct and _is_local_fs(dst_fs) and not _is_local_fs(src_fs):
+        return _download_file(src_fs, src, dst_fs, partial, dst, sha)
+    if direct and _is_local_fs(src_fs):
+        return _upload_file(src, dst_fs, dst, sha)
     digest = hashlib.sha256()
     header = b""
     copied = 0
