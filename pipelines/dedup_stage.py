@@ -50,7 +50,7 @@ class _EdgeStatsFn(beam.DoFn):
 
 def _read_edges(pipeline: beam.Pipeline, directory: str) -> beam.PCollection:
     pattern = FileSystems.join(directory, "*.parquet")
-    return (pipeline | "ReadEdges" >> beam.io.ReadFromParquet(pattern)
+    return (pipeline | "ReadEdges" >> beam.io.ReadFromParquet(pattern, validate=False)
             | "ToEdges" >> beam.Map(lambda r: (r["a"], r["b"])))
 
 
@@ -143,7 +143,7 @@ class NearDedupDriver:
         config = self.config
         run = datetime.now(timezone.utc).strftime("run-%Y%m%dT%H%M%S")
         keys = (pipeline | "ReadKeys" >> beam.io.ReadFromParquet(
-            FileSystems.join(self.work, "band_keys", "*.parquet"))
+            FileSystems.join(self.work, "band_keys", "*.parquet"), validate=False)
             | "KeyByNode" >> beam.Map(lambda r: (r["node"], r["band_key"])))
         kept_nodes = kept | "KeptNodes" >> beam.Map(lambda d: (config.node(d), True))
         ({"keys": keys, "kept": kept_nodes} | "JoinKept" >> beam.CoGroupByKey()
