@@ -110,3 +110,19 @@ def test_runner_configs_parse(name):
     path = Path(__file__).resolve().parents[2] / "configs" / name
     config = from_mapping(JobConfig, yaml.safe_load(path.read_text()))
     assert config.output.startswith(("gs://", "s3://"))
+
+
+def test_setup_file_stages_the_whole_project(tmp_path):
+    """What ``--setup_file=./setup.py`` makes Beam stage: an sdist with every package."""
+    import subprocess
+    import sys
+    import tarfile
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    subprocess.run([sys.executable, "setup.py", "-q", "sdist", "--dist-dir", str(tmp_path)], cwd=root,
+                   check=True, capture_output=True)
+    (sdist,) = tmp_path.glob("tokenfactory-*.tar.gz")
+    names = tarfile.open(sdist).getnames()
+    for module in ("pipelines/run.py", "transforms/dedup/minhash.py", "models/anomaly.py", "storage/loader.py"):
+        assert any(n.endswith(module) for n in names), module
