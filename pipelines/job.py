@@ -7,6 +7,7 @@ count what it wrote and write its manifest last.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 from apache_beam.runners.runner import PipelineResult
 
 from pipelines.config import JobConfig
+from pipelines.progress import ProgressLine
 from pipelines.stages import PLANNERS, StagePlan
 from storage.manifest import (
     Manifest,
@@ -105,7 +107,8 @@ def collect_counts(output: str, plan: StagePlan, totals: Optional[dict[str, int]
     return counts, outputs
 
 
-def run_stage(config: JobConfig, plan: StagePlan, options: PipelineOptions, force: bool) -> StageReport:
+def run_stage(config: JobConfig, plan: StagePlan, options: PipelineOptions, force: bool,
+              show_progress: bool = False) -> StageReport:
     version = code_version()
     previous = read_manifest(config.output, plan.name)
     if (not force and previous is not None
@@ -117,14 +120,16 @@ def run_stage(config: JobConfig, plan: StagePlan, options: PipelineOptions, forc
     clear_stage(config.output, plan.name)
     started, t0 = now_iso(), time.perf_counter()
     _LOGGER.info("stage %s: running on %d inputs", plan.name, len(plan.inputs))
-    if plan.runner is not None:
-        totals: Optional[dict[str, int]] = plan.runner(options)
-    else:
-        pipeline = beam.Pipeline(options=options)
-        plan.build(pipeline)
-        result = pipeline.run()
-        result.wait_until_finish()
-        totals = metric_totals(result, plan.name)
+    line = ProgressLine(plan.name, plan.input_bytes) if show_progress else contextlib.nullcontext()
+    with line:
+        if plan.runner is not None:
+            totals: Optional[dict[str, int]] = plan.runner(options)
+        else:
+            pipeline = beam.Pipeline(options=options)
+            plan.build(pipeline)
+            result = pipeline.run()
+            result.wait_until_finish()
+            totals = metric_totals(result, plan.name)
     counts, outputs = collect_counts(config.output, plan, totals)
     other = {k: v for k, v in sorted((totals or {}).items())
              if k not in ("records_in", "records_out") and not k.startswith(("rejected_", "failed_"))}
@@ -144,11 +149,12 @@ def run_stage(config: JobConfig, plan: StagePlan, options: PipelineOptions, forc
     return StageReport(plan.name, counts, False, seconds, tuple(outputs), tuple(other.items()))
 
 
-def run_job(config: JobConfig, cli_args: Sequence[str] = (), force: bool = False) -> list[StageReport]:
+def run_job(config: JobConfig, cli_args: Sequence[str] = (), force: bool = False,
+            show_progress: bool = False) -> list[StageReport]:
     """Runs the config's stages in order; returns one report per stage."""
     options = pipeline_options(config, cli_args)
     reports = []
     for stage in config.active_stages():
         plan = PLANNERS[stage](config)
-        reports.append(run_stage(config, plan, options, force))
+        reports.append(run_stage(config, plan, options, force, show_progress))
     return reports

@@ -28,6 +28,8 @@ def parse_args(argv: Optional[Sequence[str]]) -> tuple[argparse.Namespace, list[
     parser.add_argument("--output", help="output URL, overrides the config's output")
     parser.add_argument("--force", action="store_true", help="rerun stages even when resumable")
     parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    parser.add_argument("--no-progress", action="store_true",
+                        help="no live progress line on stderr (shown for in-process runners)")
     return parser.parse_known_args(argv)
 
 
@@ -82,7 +84,7 @@ def main(argv: Optional[Sequence[str]] = None, out: TextIO = sys.stdout) -> int:
     except ConfigError as exc:
         sys.stderr.write(f"config error: {exc}\n")
         return 2
-    reports = run_job(config, beam_args, force=args.force)
+    reports = run_job(config, beam_args, force=args.force, show_progress=not args.no_progress)
     out.write("\n" + format_table(reports) + "\n\n" + format_locations(config.output, reports) + "\n")
     return 0 if all(r.counts.reconciles for r in reports) else 1
 

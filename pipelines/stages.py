@@ -48,6 +48,7 @@ class StagePlan:
     runner: Optional[Callable[[PipelineOptions], dict[str, int]]] = None
     # Facts the stage learnt while running, recorded in its manifest (e.g. a model hash).
     info: Optional[Callable[[], dict[str, object]]] = None
+    input_bytes: Optional[int] = None  # known input size: the progress line shows an ETA
 
 
 def _fingerprint(items: Sequence[object]) -> str:
@@ -160,6 +161,7 @@ def plan_extract(config: JobConfig) -> StagePlan:
         inputs=tuple(ref.url for _, ref in files),
         fingerprint=_fingerprint([(fmt, ref.url, ref.size, ref.version) for fmt, ref in files]),
         build=build,
+        input_bytes=sum(ref.size for _, ref in files if ref.size > 0) or None,
     )
 
 

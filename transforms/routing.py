@@ -16,6 +16,7 @@ from typing import Any, Iterable, NamedTuple, Optional
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
+from transforms import progress
 from transforms.doc import Doc, Failure, RawRecord, Rejected
 
 _LOGGER = logging.getLogger(__name__)
@@ -58,22 +59,26 @@ class StageCounters:
     def record_in(self, n: int = 1) -> None:
         self._in.inc(n)
         self._local["in"] += n
+        progress.record(self.stage, "in", n)
         self._maybe_log()
 
     def kept(self, chars: int = 0) -> None:
         self._out.inc()
         self._chars.update(chars)
         self._local["out"] += 1
+        progress.record(self.stage, "out")
         self._maybe_log()
 
     def rejected(self, reason: str) -> None:
         self._counter(f"rejected_{reason}").inc()
         self._local["rejected"] += 1
+        progress.record(self.stage, "rejected")
         self._maybe_log()
 
     def failed(self, error_type: str) -> None:
         self._counter(f"failed_{error_type}").inc()
         self._local["failed"] += 1
+        progress.record(self.stage, "failed")
         self._maybe_log()
 
     def inc(self, name: str, n: int = 1) -> None:

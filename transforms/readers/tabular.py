@@ -19,6 +19,7 @@ import apache_beam as beam
 import fsspec
 import pyarrow.parquet as pq
 
+from transforms import progress
 from transforms.doc import Failure, RawRecord, stable_id
 from transforms.readers.files import FileRef, open_decompressed, storage_options_for
 from transforms.routing import FAILED, StageCounters, make_failure
@@ -179,6 +180,7 @@ class _ReadTabularFn(beam.DoFn):
                 else:
                     self._counters.inc("records_read")
                     yield item
+            progress.record(self._stage, "bytes", max(ref.size, 0))
         except Exception as exc:  # the file could not even be opened
             self._counters.record_in()
             self._counters.failed("unreadable_file")

@@ -19,6 +19,7 @@ from typing import IO, Iterator, Optional, Union
 import apache_beam as beam
 from warcio.archiveiterator import ArchiveIterator
 
+from transforms import progress
 from transforms.doc import Failure, RawRecord
 from transforms.readers.files import FileRef, open_input
 from transforms.routing import FAILED, StageCounters, make_failure
@@ -236,17 +237,21 @@ class _ReadWarcFn(beam.DoFn):
                                                                 error_type="unreadable_file"))
             return
         with fh:
-            for item in iter_warc(fh, ref.url, self._limits, self._stage):
-                if isinstance(item, str):
-                    self._counters.inc(f"skipped_{item}")
-                    continue
-                if isinstance(item, Failure):
-                    self._counters.record_in()
-                    self._counters.failed(item.error_type)
-                    yield beam.pvalue.TaggedOutput(FAILED, item)
-                else:
-                    self._counters.inc("records_read")
-                    yield item
+            yield from self._items(fh, ref)
+        progress.record(self._stage, "bytes", max(ref.size, 0))
+
+    def _items(self, fh: IO[bytes], ref: FileRef) -> Iterator[object]:
+        for item in iter_warc(fh, ref.url, self._limits, self._stage):
+            if isinstance(item, str):
+                self._counters.inc(f"skipped_{item}")
+                continue
+            if isinstance(item, Failure):
+                self._counters.record_in()
+                self._counters.failed(item.error_type)
+                yield beam.pvalue.TaggedOutput(FAILED, item)
+            else:
+                self._counters.inc("records_read")
+                yield item
 
 
 class ReadWarc(beam.PTransform):
