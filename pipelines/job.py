@@ -120,7 +120,9 @@ def run_stage(config: JobConfig, plan: StagePlan, options: PipelineOptions, forc
     clear_stage(config.output, plan.name)
     started, t0 = now_iso(), time.perf_counter()
     _LOGGER.info("stage %s: running on %d inputs", plan.name, len(plan.inputs))
-    line = ProgressLine(plan.name, plan.input_bytes) if show_progress else contextlib.nullcontext()
+    beam_stage = plan.runner is None or plan.name in ("dedup_minhash", "tokenize")
+    line = (ProgressLine(plan.name, plan.input_bytes) if show_progress and beam_stage
+            else contextlib.nullcontext())
     with line:
         if plan.runner is not None:
             totals: Optional[dict[str, int]] = plan.runner(options)

@@ -24,6 +24,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.utils import shared
 
 from storage.shards import dtype_for_vocab, encode_shard
+from transforms import progress
 from transforms.doc import Doc, Rejected
 from transforms.routing import REJECTED, CountFn, StageOutputs
 
@@ -158,12 +159,14 @@ class _CountTokensFn(beam.DoFn):
     def __init__(self, stage: str) -> None:
         from apache_beam.metrics import Metrics
 
+        self._stage = stage
         self._docs = Metrics.counter(stage, "records_out")
         self._tokens = Metrics.counter(stage, "tokens")
         self._dist = Metrics.distribution(stage, "tokens_per_doc")
 
     def process(self, kv: tuple[str, np.ndarray]) -> Iterator[tuple[str, np.ndarray]]:
         self._docs.inc()
+        progress.record(self._stage, "out")
         self._tokens.inc(len(kv[1]))
         self._dist.update(len(kv[1]))
         yield kv
