@@ -1,20 +1,36 @@
-"""Runs every benchmark in turn: ``make bench`` or ``python -m benchmarks.run_all``."""
+"""Runs the benchmarks that need only the project's venv: ``make bench``.
+
+The peer comparisons that need other packages run from ``.bench-venv`` (``make
+bench-env``): ``benchmarks.bench_clean`` (datatrove) and ``benchmarks.bench_loader
+--peers`` (mosaicml-streaming, litdata); ``benchmarks.bench_dedup_scale`` takes minutes.
+"""
 
 from __future__ import annotations
 
 import sys
 
-from benchmarks import bench_crawl, bench_extract, bench_warc
+from benchmarks import (bench_anomaly, bench_crawl, bench_dedup_quality, bench_extract, bench_langid,
+                        bench_loader, bench_minhash, bench_tiers, bench_tokenize, bench_warc)
 
-BENCHMARKS = (("extraction", bench_extract.main), ("warc reader", bench_warc.main),
-              ("crawler", bench_crawl.main))
+BENCHMARKS = (
+    ("extraction", bench_extract.main, []),
+    ("warc reader", bench_warc.main, []),
+    ("crawler", bench_crawl.main, []),
+    ("language id", lambda argv: bench_langid.main(), []),
+    ("anomaly detector", bench_anomaly.main, []),
+    ("minhash signatures", bench_minhash.main, []),
+    ("near-duplicate quality", bench_dedup_quality.main, []),
+    ("tokenize", bench_tokenize.main, []),
+    ("tier copies", bench_tiers.main, []),
+    ("loader (ours vs memmap)", bench_loader.main, ["--tokens", "20000000"]),
+)
 
 
 def main() -> int:
-    for name, fn in BENCHMARKS:
+    for name, fn, argv in BENCHMARKS:
         sys.stdout.write(f"\n== {name} ==\n")
         sys.stdout.flush()
-        code = fn([])
+        code = fn(argv)
         if code:
             return code
     return 0
