@@ -219,10 +219,14 @@ def plan_clean(config: JobConfig) -> StagePlan:
 
 
 def _docs_before(config: JobConfig, stage: str) -> str:
-    """The nearest earlier stage that writes documents and is part of this job."""
-    order = [s for s in ("extract", "clean", "dedup_exact") if s in STAGES[:STAGES.index(stage)]]
-    present = [s for s in order if s == "extract" or getattr(config, s.split("_")[0], None) is not None]
-    return present[-1]
+    """The nearest earlier document-writing stage of this job: configured, and either
+    part of this run or finished before (its manifest exists)."""
+    earlier = [s for s in ("extract", "clean", "dedup_exact", "dedup_minhash")
+               if STAGES.index(s) < STAGES.index(stage)
+               and (s == "extract" or getattr(config, s.split("_")[0], None) is not None)]
+    stages = config.active_stages()
+    present = [s for s in earlier if s in stages or read_manifest(config.output, s) is not None]
+    return present[-1] if present else "extract"
 
 
 def plan_dedup_exact(config: JobConfig) -> StagePlan:
@@ -255,21 +259,13 @@ def plan_dedup_minhash(config: JobConfig) -> StagePlan:
                      runner=driver.run)
 
 
-def _last_docs_stage(config: JobConfig) -> str:
-    stages = config.active_stages()
-    candidates = [s for s in ("dedup_minhash", "dedup_exact", "clean", "extract")
-                  if s == "extract" or getattr(config, s.split("_")[0], None) is not None]
-    present = [s for s in candidates if s in stages or read_manifest(config.output, s) is not None]
-    return present[0] if present else "extract"
-
-
 def plan_tokenizer(config: JobConfig) -> StagePlan:
     from pipelines.tokenize_stage import tokenizer_path, train_tokenizer
 
     tokenize = config.tokenize
     if tokenize is None:
         raise ValueError("tokenizer stage planned without a tokenize section")
-    upstream = _last_docs_stage(config)
+    upstream = _docs_before(config, "tokenizer")
     files, fingerprint = upstream_docs(config, upstream)
     out = tokenizer_path(config.output)
 
@@ -291,7 +287,7 @@ def plan_tokenize(config: JobConfig) -> StagePlan:
     tokenize = config.tokenize
     if tokenize is None:
         raise ValueError("tokenize stage planned without a tokenize section")
-    upstream = _last_docs_stage(config)
+    upstream = _docs_before(config, "tokenizer")
     files, fingerprint = upstream_docs(config, upstream)
     driver = TokenizeDriver(tokenize, config.output, files, ReadDocs, upstream,
                             config.section_hash("tokenize", "storage"), storage=config.storage)

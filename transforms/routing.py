@@ -168,6 +168,17 @@ class DeadLettersToFailures(beam.DoFn):
         )
 
 
+def route_read(counters: StageCounters, item: Any) -> Any:
+    """A reader's item onward: a ``Failure`` to ``FAILED`` (counted in and failed: it never
+    reaches the stage's own DoFn), anything else to the main output (``records_read``)."""
+    if isinstance(item, Failure):
+        counters.record_in()
+        counters.failed(item.error_type)
+        return beam.pvalue.TaggedOutput(FAILED, item)
+    counters.inc("records_read")
+    return item
+
+
 def reject(doc: Doc, reason: str, detail: str = "") -> beam.pvalue.TaggedOutput:
     return beam.pvalue.TaggedOutput(REJECTED, Rejected(doc=doc, reason=reason, detail=detail))
 

@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 from transforms import progress
 from transforms.doc import Failure, RawRecord, stable_id
 from transforms.readers.files import FileRef, open_decompressed, storage_options_for
-from transforms.routing import FAILED, StageCounters, make_failure
+from transforms.routing import FAILED, StageCounters, make_failure, route_read
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -173,13 +173,7 @@ class _ReadTabularFn(beam.DoFn):
         reader = iter_jsonl if self._fmt == "jsonl" else iter_parquet
         try:
             for item in reader(ref.url, self._fields, self._stage):
-                if isinstance(item, Failure):
-                    self._counters.record_in()
-                    self._counters.failed(item.error_type)
-                    yield beam.pvalue.TaggedOutput(FAILED, item)
-                else:
-                    self._counters.inc("records_read")
-                    yield item
+                yield route_read(self._counters, item)
             progress.record(self._stage, "bytes", max(ref.size, 0))
         except Exception as exc:  # the file could not even be opened
             self._counters.record_in()

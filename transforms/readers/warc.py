@@ -22,7 +22,7 @@ from warcio.archiveiterator import ArchiveIterator
 from transforms import progress
 from transforms.doc import Failure, RawRecord
 from transforms.readers.files import FileRef, open_input
-from transforms.routing import FAILED, StageCounters, make_failure
+from transforms.routing import FAILED, StageCounters, make_failure, route_read
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -245,13 +245,7 @@ class _ReadWarcFn(beam.DoFn):
             if isinstance(item, str):
                 self._counters.inc(f"skipped_{item}")
                 continue
-            if isinstance(item, Failure):
-                self._counters.record_in()
-                self._counters.failed(item.error_type)
-                yield beam.pvalue.TaggedOutput(FAILED, item)
-            else:
-                self._counters.inc("records_read")
-                yield item
+            yield route_read(self._counters, item)
 
 
 class ReadWarc(beam.PTransform):
