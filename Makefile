@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 
 LID_MODEL := .models/lid.176.ftz
 
-.PHONY: install run test bench bench-env clean models
+.PHONY: install run test bench bench-env clean models browser
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -34,8 +34,15 @@ models: $(LID_MODEL)
 run: $(STAMP) $(LID_MODEL)
 	$(BIN)/python -m pipelines.demo
 
-test: $(STAMP)
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+# Debian's Chromium + ChromeDriver for the browser tests (report page, review page).
+browser:
+	@if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q chromium chromium-driver; \
+	fi
+
+test: $(STAMP) browser
+	TOKENFACTORY_REQUIRE_BROWSER=1 $(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.run_all
