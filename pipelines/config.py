@@ -28,9 +28,10 @@ from storage.tiers import StorageConfig
 from transforms.tokenize.tokenize import TokenizeConfig
 from transforms.crawl.fetcher import FetchPolicy
 from transforms.extract.extract import ExtractConfig
+from transforms.label.label import LabelConfig
 from transforms.readers.tabular import TextFields
 
-STAGES = ("crawl", "extract", "clean", "dedup_exact", "dedup_minhash", "tokenizer", "tokenize")
+STAGES = ("crawl", "extract", "clean", "dedup_exact", "dedup_minhash", "label", "tokenizer", "tokenize")
 INPUT_FORMATS = ("warc", "wet", "arc", "jsonl", "parquet")
 
 
@@ -129,6 +130,7 @@ class JobConfig:
     extract: ExtractConfig = ExtractConfig()
     clean: Optional[CleanConfig] = None
     dedup: Optional[DedupConfig] = None
+    label: Optional[LabelConfig] = None
     tokenize: Optional[TokenizeConfig] = None
     storage: Optional[StorageConfig] = None
     beam_args: tuple[str, ...] = ()
@@ -146,6 +148,8 @@ class JobConfig:
             raise ValueError("stage 'clean' needs a clean: section")
         if {"dedup_exact", "dedup_minhash"} & set(self.stages) and self.dedup is None:
             raise ValueError("the dedup stages need a dedup: section")
+        if "label" in self.stages and self.label is None:
+            raise ValueError("stage 'label' needs a label: section")
         if {"tokenizer", "tokenize"} & set(self.stages) and self.tokenize is None:
             raise ValueError("the tokenize stages need a tokenize: section")
         if not self.inputs and self.crawl is None:
@@ -157,7 +161,8 @@ class JobConfig:
             return tuple(s for s in STAGES if s in self.stages)
         train = self.tokenize if self.tokenize is not None and not self.tokenize.model else None
         optional = {"crawl": self.crawl, "clean": self.clean, "dedup_exact": self.dedup,
-                    "dedup_minhash": self.dedup, "tokenizer": train, "tokenize": self.tokenize}
+                    "dedup_minhash": self.dedup, "label": self.label, "tokenizer": train,
+                    "tokenize": self.tokenize}
         return tuple(s for s in STAGES if s not in optional or optional[s] is not None)
 
     def section_hash(self, *names: str) -> str:
@@ -274,6 +279,15 @@ def check_model_files(config: JobConfig) -> None:
         except (ModelError, OSError, RuntimeError) as exc:
             raise ConfigError(f"{config.source_file}: tokenize.model: not a sentencepiece model: "
                               f"{tokenize.model}: {exc}") from None
+    label = config.label
+    if label is not None and "label" in config.active_stages():
+        from models.labeller import Labeller
+
+        for i, spec in enumerate(label.sets):
+            try:
+                Labeller.load(spec.model, spec.version, spec.name, spec.values)
+            except ModelError as exc:
+                raise ConfigError(f"{config.source_file}: label.sets[{i}].model: {exc}") from None
     clean = config.clean
     if clean is None or "clean" not in config.active_stages():
         return

@@ -221,7 +221,7 @@ def plan_clean(config: JobConfig) -> StagePlan:
 def _docs_before(config: JobConfig, stage: str) -> str:
     """The nearest earlier document-writing stage of this job: configured, and either
     part of this run or finished before (its manifest exists)."""
-    earlier = [s for s in ("extract", "clean", "dedup_exact", "dedup_minhash")
+    earlier = [s for s in ("extract", "clean", "dedup_exact", "dedup_minhash", "label")
                if STAGES.index(s) < STAGES.index(stage)
                and (s == "extract" or getattr(config, s.split("_")[0], None) is not None)]
     stages = config.active_stages()
@@ -257,6 +257,41 @@ def plan_dedup_minhash(config: JobConfig) -> StagePlan:
     return StagePlan(name="dedup_minhash", config_hash=config.section_hash("dedup"), inputs=tuple(files),
                      fingerprint=_fingerprint([upstream, sorted(index)]), build=lambda p: None,
                      runner=driver.run)
+
+
+def plan_label(config: JobConfig) -> StagePlan:
+    from datetime import datetime, timezone
+
+    from models.labeller import Labeller
+    from pipelines.review import load_reviews, review_dir, review_files, write_queue
+    from transforms.label.label import LabelDocs
+
+    label = config.label
+    if label is None:
+        raise ValueError("label stage planned without a label section")
+    files, upstream = upstream_docs(config, _docs_before(config, "label"))
+    versions = [Labeller.load(s.model, s.version, s.name, s.values).version for s in label.sets]
+    reviews = load_reviews(config.output)
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
+    queue_dir = FileSystems.join(review_dir(config.output), f"queue-{stamp}")
+    stage = "label"
+
+    def write(docs: list) -> int:
+        if docs:
+            write_queue(queue_dir, docs, label)
+        beam.metrics.Metrics.counter(stage, "review_queued").inc(len(docs))
+        return len(docs)
+
+    def build(pipeline: beam.Pipeline) -> None:
+        outputs, queue = pipeline | "ReadDocs" >> ReadDocs(files) | "Label" >> LabelDocs(label, reviews, stage)
+        outputs | "WriteOutputs" >> WriteStageOutputs(config.output, stage)
+        queue | "WriteQueue" >> beam.Map(write)
+
+    return StagePlan(
+        name=stage, config_hash=config.section_hash("label"), inputs=tuple(files),
+        fingerprint=_fingerprint([upstream, versions, review_files(config.output)]), build=build,
+        info=lambda: {"model_versions": dict(zip([s.name for s in label.sets], versions)),
+                      "reviews_applied_from": len(reviews), "review_queue": queue_dir})
 
 
 def plan_tokenizer(config: JobConfig) -> StagePlan:
@@ -305,4 +340,5 @@ PLANNERS: dict[str, Callable[[JobConfig], StagePlan]] = {
     "clean": plan_clean,
     "dedup_exact": plan_dedup_exact,
     "dedup_minhash": plan_dedup_minhash,
+    "label": plan_label,
 }

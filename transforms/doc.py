@@ -68,13 +68,20 @@ class Signals:
 
 @dataclass(frozen=True)
 class Label:
-    """One label on a document: from a model or from a human reviewer."""
+    """One label on a document: from a model or from a human reviewer.
+
+    ``name`` is the label set (``topic``...), ``score`` the model's calibrated confidence
+    (1.0 for a human label), ``version`` the labeller version that made (or, for a human
+    label, suggested) it; ``reviewer`` and ``reviewed_at`` are set on human labels.
+    """
 
     name: str
     value: str
     score: float
     origin: str  # "model" | "human"
     version: str
+    reviewer: str = ""
+    reviewed_at: str = ""
 
 
 @dataclass(frozen=True)
@@ -157,6 +164,8 @@ LABEL_TYPE = pa.struct(
         ("score", pa.float64()),
         ("origin", pa.string()),
         ("version", pa.string()),
+        ("reviewer", pa.string()),
+        ("reviewed_at", pa.string()),
     ]
 )
 DOC_FIELDS: list[pa.Field] = [
@@ -232,7 +241,8 @@ def doc_from_row(row: dict[str, Any]) -> Doc:
         signals=Signals(**signals) if signals else None,
         anomaly_score=row.get("anomaly_score"),
         quality_score=row.get("quality_score"),
-        labels=tuple(Label(**label) for label in row.get("labels") or ()),
+        labels=tuple(Label(**{k: ("" if v is None else v) for k, v in label.items()})
+                     for label in row.get("labels") or ()),
         dup_cluster=row.get("dup_cluster") or "",
         token_count=row.get("token_count") or 0,
     )

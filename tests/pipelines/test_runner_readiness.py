@@ -19,6 +19,7 @@ from pipelines.config import JobConfig, from_mapping
 from pipelines.stages import PLANNERS
 from storage.manifest import Manifest, StageCounts, write_manifest
 from tests.conftest import shared
+from tests.labelmodels import label_data, label_section  # noqa: F401  (fixture)
 
 RUNNERS = {
     "dataflow": ["--runner=DataflowRunner", "--project=my-project-123", "--region=us-central1",
@@ -31,7 +32,7 @@ RUNNERS = {
 }
 
 
-def full_config(tmp_path) -> JobConfig:
+def full_config(tmp_path, labeller: str) -> JobConfig:
     data = {
         "output": str(tmp_path / "out"),
         "inputs": [{"format": "warc", "path": str(shared("warc", "warcio_example.warc.gz"))},
@@ -39,6 +40,7 @@ def full_config(tmp_path) -> JobConfig:
         "crawl": {"seeds": ["http://127.0.0.1:9/"]},
         "clean": {"langid": {"model": str(shared("models", "lid.176.ftz"))}},
         "dedup": {"index": str(tmp_path / "index")},
+        "label": label_section(labeller),
         "tokenize": {"vocab_size": 1000},
     }
     (tmp_path / "x.jsonl").write_text(json.dumps({"text": "x"}) + "\n")
@@ -47,7 +49,7 @@ def full_config(tmp_path) -> JobConfig:
 
 def fake_upstream(config: JobConfig) -> None:
     """Finished-stage manifests so later stages can be planned without running earlier ones."""
-    for stage in ("crawl", "extract", "clean", "dedup_exact", "dedup_minhash", "tokenizer"):
+    for stage in ("crawl", "extract", "clean", "dedup_exact", "dedup_minhash", "label", "tokenizer"):
         write_manifest(config.output, Manifest(stage, "c", "f", "v", StageCounts(0, 0, 0, 0), [], [],
                                                "s", "e", "r"))
 
@@ -69,8 +71,9 @@ def pickled_dofns(pipeline: beam.Pipeline) -> int:
 
 
 @pytest.mark.parametrize("runner", sorted(RUNNERS))
-def test_every_stage_graph_builds_and_pickles(tmp_path, runner):
-    config = full_config(tmp_path)
+def test_every_stage_graph_builds_and_pickles(tmp_path, runner, label_data):
+    config = full_config(tmp_path, label_data.model_dir)
+    assert "label" in config.active_stages()
     fake_upstream(config)
     options = PipelineOptions(RUNNERS[runner])
     total = 0

@@ -1,0 +1,462 @@
+"""The document labeller: one fastText classifier per label set, calibrated, versioned.
+
+A label set (``topic``, ``quality_tier``, ``safety``...) is a name and its allowed values
+(the taxonomy, in the config). Its model lives in a directory:
+
+    <model dir>/<version>/model.bin     fastText supervised model
+    <model dir>/<version>/meta.json     taxonomy, temperature, reliability, training data hash
+    <model dir>/CURRENT                 the version the pipeline uses (written last)
+
+``train_labeller`` holds out a hash-chosen fraction of the labelled examples, trains on
+the rest, fits a temperature on the held-out part (minimum negative log-likelihood,
+Guo et al. 2017) and measures reliability (expected calibration error and per-bin
+accuracy) before and after, then trains the final model on all examples with the same
+hyper-parameters and keeps the fitted temperature. ``Labeller.predict_proba`` gives the
+calibrated distribution over the taxonomy for a batch of texts.
+
+Commands (the labelled examples are JSONL ``{"text": ..., "label": ...}`` or
+``{"id": ..., "label": ...}`` for documents of the corpus):
+
+    python -m models.labeller train   --config CFG --set NAME --seed FILE.jsonl
+    python -m models.labeller retrain --config CFG --set NAME [--seed FILE.jsonl]
+        [--target-precision 0.95]
+
+``retrain`` adds every accepted human review (``review/reviews/``) to the seed set and
+reports the old and new model's accuracy against held-out human labels, the agreement
+between reviewers and the model's suggestions, and the review effort saved (the fraction
+of documents auto-accepted at the target precision).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import os
+import random
+import sys
+import tempfile
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Iterable, Optional, Sequence
+
+import numpy as np
+
+from models.files import ModelError, local_copy, sha256_file
+
+_LOGGER = logging.getLogger(__name__)
+_LABEL = "__label__"
+CURRENT = "CURRENT"
+
+
+def _fasttext():
+    import fasttext
+
+    fasttext.FastText.eprint = lambda *args, **kwargs: None
+    return fasttext
+
+
+def clean_text(text: str, max_chars: int) -> str:
+    """One line for fastText: cut to ``max_chars``, newlines to spaces."""
+    return text[:max_chars].replace("\n", " ").replace("\r", " ")
+
+
+@dataclass(frozen=True)
+class TrainParams:
+    """fastText hyper-parameters. ``minn``/``maxn`` > 0 adds character n-grams (useful for
+    language- or script-like labels and tiny seed sets)."""
+
+    epoch: int = 50
+    lr: float = 1.0
+    word_ngrams: int = 2
+    dim: int = 50
+    minn: int = 0
+    maxn: int = 0
+    bucket: int = 200_000  # hash buckets for n-grams (fastText's 2M is 400 MB at dim 50)
+    min_count: int = 1
+    max_chars: int = 4000
+    holdout_fraction: float = 0.2
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.holdout_fraction < 1.0:
+            raise ValueError("holdout_fraction must be in [0, 1)")
+        if self.epoch <= 0 or self.lr <= 0 or self.dim <= 0:
+            raise ValueError("epoch, lr and dim must be > 0")
+
+
+# ---------------------------------------------------------------- calibration (pure)
+
+def apply_temperature(probs: np.ndarray, temperature: float) -> np.ndarray:
+    """Softmax(log p / T) row-wise: T > 1 softens an over-confident model."""
+    logp = np.log(np.clip(probs, 1e-12, 1.0)) / temperature
+    logp -= logp.max(axis=1, keepdims=True)
+    out = np.exp(logp)
+    return out / out.sum(axis=1, keepdims=True)
+
+
+def nll(probs: np.ndarray, truth: np.ndarray) -> float:
+    return float(-np.mean(np.log(np.clip(probs[np.arange(len(truth)), truth], 1e-12, 1.0))))
+
+
+def fit_temperature(probs: np.ndarray, truth: np.ndarray) -> float:
+    """The temperature in [0.1, 10] minimising held-out NLL (log-spaced grid, then a
+    finer grid around the best): no optimiser dependency, deterministic."""
+    if len(truth) == 0:
+        return 1.0
+    grid = np.exp(np.linspace(np.log(0.1), np.log(10.0), 60))
+    best = min(grid, key=lambda t: nll(apply_temperature(probs, t), truth))
+    fine = np.exp(np.linspace(np.log(best) - 0.1, np.log(best) + 0.1, 21))
+    return float(min(fine, key=lambda t: nll(apply_temperature(probs, t), truth)))
+
+
+def reliability(confidence: np.ndarray, correct: np.ndarray, bins: int = 10) -> dict[str, object]:
+    """Expected calibration error and the per-bin (count, mean confidence, accuracy)."""
+    edges = np.linspace(0.0, 1.0, bins + 1)
+    which = np.clip(np.digitize(confidence, edges[1:-1]), 0, bins - 1)
+    table, ece = [], 0.0
+    for b in range(bins):
+        mask = which == b
+        n = int(mask.sum())
+        if n == 0:
+            continue
+        conf, acc = float(confidence[mask].mean()), float(correct[mask].mean())
+        ece += n / max(len(confidence), 1) * abs(conf - acc)
+        table.append({"bin": [float(edges[b]), float(edges[b + 1])], "count": n,
+                      "confidence": round(conf, 4), "accuracy": round(acc, 4)})
+    return {"ece": round(float(ece), 4), "bins": table,
+            "accuracy": round(float(correct.mean()), 4) if len(correct) else None}
+
+
+def auto_accept(confidence: np.ndarray, correct: np.ndarray, target_precision: float) -> dict[str, float]:
+    """The lowest confidence threshold whose accepted set (confidence >= t) still has
+    precision >= ``target_precision``, and the fraction of documents it accepts (the
+    review effort saved). Threshold 1.01 / fraction 0 when no threshold reaches it."""
+    if len(confidence) == 0:
+        return {"threshold": 1.01, "fraction": 0.0, "precision": 0.0}
+    order = np.argsort(-confidence, kind="stable")
+    hits = np.cumsum(correct[order].astype(float))
+    precision = hits / np.arange(1, len(order) + 1)
+    ok = np.nonzero(precision >= target_precision)[0]
+    if len(ok) == 0:
+        return {"threshold": 1.01, "fraction": 0.0, "precision": 0.0}
+    k = int(ok.max())
+    # a threshold accepts every tie at its value: step back to the first index of the tie
+    threshold = float(confidence[order][k])
+    accepted = confidence >= threshold
+    return {"threshold": round(threshold, 6), "fraction": round(float(accepted.mean()), 4),
+            "precision": round(float(correct[accepted].mean()), 4)}
+
+
+# ---------------------------------------------------------------- the model
+
+@dataclass
+class Labeller:
+    """A loaded, calibrated label-set model."""
+
+    name: str
+    values: tuple[str, ...]
+    version: str
+    temperature: float
+    model: object
+    path: str
+    max_chars: int = 4000
+
+    @classmethod
+    def load(cls, model_dir: str, version: str = "", name: str = "",
+             values: Sequence[str] = ()) -> "Labeller":
+        """The model of ``model_dir`` at ``version`` (default: ``CURRENT``). ``name`` and
+        ``values`` (the config's taxonomy) must match what the model was trained on."""
+        version = version or _read_current(model_dir)
+        base = f"{model_dir.rstrip('/')}/{version}"
+        try:
+            meta = json.loads(open(local_copy(f"{base}/meta.json"), encoding="utf-8").read())
+        except (OSError, ValueError) as exc:
+            raise ModelError(f"{base}/meta.json: unreadable labeller metadata: {exc}") from exc
+        path = local_copy(f"{base}/model.bin")
+        try:
+            model = _fasttext().load_model(path)
+        except Exception as exc:
+            raise ModelError(f"not a fastText model: {base}/model.bin: {exc}") from exc
+        model_values = tuple(meta.get("values", ()))
+        if name and meta.get("name") != name:
+            raise ModelError(f"{base}: trained for label set {meta.get('name')!r}, not {name!r}")
+        if values and tuple(values) != model_values:
+            missing = sorted(set(values) - set(model_values))
+            extra = sorted(set(model_values) - set(values))
+            raise ModelError(f"{base}: taxonomy differs from the config (config only: {missing}, "
+                             f"model only: {extra}); retrain the labeller")
+        return cls(name=meta["name"], values=model_values, version=meta["version"],
+                   temperature=float(meta.get("temperature", 1.0)), model=model, path=path,
+                   max_chars=int(meta.get("params", {}).get("max_chars", 4000)))
+
+    def raw_proba(self, texts: Sequence[str]) -> np.ndarray:
+        return _proba(self.model, self.values, texts, self.max_chars)
+
+    def predict_proba(self, texts: Sequence[str]) -> np.ndarray:
+        """Calibrated probabilities, shape (len(texts), len(values)), in taxonomy order."""
+        if not texts:
+            return np.zeros((0, len(self.values)))
+        return apply_temperature(self.raw_proba(texts), self.temperature)
+
+
+def _proba(model: object, values: Sequence[str], texts: Sequence[str], max_chars: int) -> np.ndarray:
+    index = {_LABEL + v: i for i, v in enumerate(values)}
+    labels, probs = model.predict([clean_text(t, max_chars) for t in texts], k=-1)  # type: ignore[attr-defined]
+    out = np.full((len(texts), len(values)), 1e-9)
+    for row, (labs, ps) in enumerate(zip(labels, probs)):
+        for lab, p in zip(labs, ps):
+            col = index.get(lab)
+            if col is not None:
+                out[row, col] = max(float(p), 1e-9)
+    return out / out.sum(axis=1, keepdims=True)
+
+
+def _read_current(model_dir: str) -> str:
+    try:
+        with open(local_copy(f"{model_dir.rstrip('/')}/{CURRENT}"), encoding="utf-8") as fh:
+            version = fh.read().strip()
+    except (OSError, ModelError) as exc:
+        raise ModelError(f"{model_dir}: no trained labeller ({CURRENT} missing): "
+                         f"run `python -m models.labeller train`") from exc
+    if not version:
+        raise ModelError(f"{model_dir}/{CURRENT} is empty")
+    return version
+
+
+def _is_holdout(text: str, label: str, fraction: float, seed: int) -> bool:
+    key = hashlib.sha1(f"{seed}:{label}:{text}".encode()).digest()
+    return int.from_bytes(key[:8], "big") / 2.0**64 < fraction
+
+
+def _fit(texts: Sequence[str], labels: Sequence[str], params: TrainParams) -> object:
+    rows = [f"{_LABEL}{lab} {clean_text(t, params.max_chars)}" for t, lab in zip(texts, labels)]
+    random.Random(params.seed).shuffle(rows)
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False, encoding="utf-8") as fh:
+        fh.write("\n".join(rows) + "\n")
+    try:
+        return _fasttext().train_supervised(
+            input=fh.name, epoch=params.epoch, lr=params.lr, wordNgrams=params.word_ngrams,
+            dim=params.dim, minn=params.minn, maxn=params.maxn, minCount=params.min_count,
+            bucket=params.bucket, seed=params.seed, thread=1, verbose=0)
+    finally:
+        os.unlink(fh.name)
+
+
+MIN_CALIBRATION_EXAMPLES = 30
+
+
+def train_labeller(texts: Sequence[str], labels: Sequence[str], name: str, values: Sequence[str],
+                   model_dir: Optional[str] = None, params: TrainParams = TrainParams(),
+                   extra_meta: Optional[dict[str, object]] = None) -> tuple["Labeller", dict[str, object]]:
+    """Trains, calibrates and (when ``model_dir`` is given) saves a new version.
+
+    Every label must be one of ``values``; empty texts are dropped. Returns the loaded
+    model and its metadata (also written to ``meta.json``)."""
+    values = tuple(values)
+    bad = sorted({lab for lab in labels if lab not in values})
+    if bad:
+        raise ValueError(f"labels outside the taxonomy of {name!r}: {bad} (allowed: {list(values)})")
+    pairs = [(t, lab) for t, lab in zip(texts, labels) if t and t.strip()]
+    if len({lab for _, lab in pairs}) < 2:
+        raise ValueError(f"label set {name!r} needs examples of at least two values, "
+                         f"got {sorted({lab for _, lab in pairs})}")
+    held = [p for p in pairs if _is_holdout(p[0], p[1], params.holdout_fraction, params.seed)]
+    train = [p for p in pairs if not _is_holdout(p[0], p[1], params.holdout_fraction, params.seed)]
+    temperature, before, after = 1.0, None, None
+    if len(held) >= MIN_CALIBRATION_EXAMPLES and len({lab for _, lab in train}) >= 2:
+        model = _fit([t for t, _ in train], [lab for _, lab in train], params)
+        raw = _proba(model, values, [t for t, _ in held], params.max_chars)
+        truth = np.array([values.index(lab) for _, lab in held])
+        temperature = fit_temperature(raw, truth)
+        cal = apply_temperature(raw, temperature)
+        before = reliability(raw.max(axis=1), raw.argmax(axis=1) == truth)
+        after = reliability(cal.max(axis=1), cal.argmax(axis=1) == truth)
+    final = _fit([t for t, _ in pairs], [lab for _, lab in pairs], params)
+    digest = hashlib.sha256()
+    for t, lab in sorted(pairs):
+        digest.update(f"{lab}\t{t}\n".encode())
+    data_hash = digest.hexdigest()
+    version = f"v{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S%f')[:-3]}-{data_hash[:8]}"
+    counts: dict[str, int] = {}
+    for _, lab in pairs:
+        counts[lab] = counts.get(lab, 0) + 1
+    meta: dict[str, object] = {
+        "name": name, "values": list(values), "version": version, "temperature": temperature,
+        "examples": len(pairs), "examples_per_value": counts, "holdout_examples": len(held),
+        "reliability_raw": before, "reliability_calibrated": after,
+        "training_data_sha256": data_hash, "params": params.__dict__,
+        "trained_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+    meta.update(extra_meta or {})
+    path = ""
+    if model_dir:
+        path = save_version(final, meta, model_dir)
+    labeller = Labeller(name=name, values=values, version=version, temperature=temperature,
+                        model=final, path=path, max_chars=params.max_chars)
+    return labeller, meta
+
+
+def save_version(model: object, meta: dict[str, object], model_dir: str) -> str:
+    """Writes ``<model_dir>/<version>/`` (model, then meta), then points ``CURRENT`` at it.
+    Earlier versions are never touched."""
+    base = os.path.join(model_dir, str(meta["version"]))
+    os.makedirs(base, exist_ok=True)
+    path = os.path.join(base, "model.bin")
+    model.save_model(path + ".tmp")  # type: ignore[attr-defined]
+    os.replace(path + ".tmp", path)
+    meta["sha256"] = sha256_file(path)
+    with open(os.path.join(base, "meta.json.tmp"), "w", encoding="utf-8") as fh:
+        json.dump(meta, fh, indent=2)
+    os.replace(os.path.join(base, "meta.json.tmp"), os.path.join(base, "meta.json"))
+    with open(os.path.join(model_dir, CURRENT + ".tmp"), "w", encoding="utf-8") as fh:
+        fh.write(str(meta["version"]) + "\n")
+    os.replace(os.path.join(model_dir, CURRENT + ".tmp"), os.path.join(model_dir, CURRENT))
+    return path
+
+
+# ---------------------------------------------------------------- evaluation against humans
+
+def evaluate(labeller: Labeller, texts: Sequence[str], labels: Sequence[str],
+             target_precision: float) -> dict[str, object]:
+    """Accuracy, reliability and auto-accept fraction of ``labeller`` on human labels."""
+    if not texts:
+        return {"examples": 0}
+    proba = labeller.predict_proba(texts)
+    truth = np.array([labeller.values.index(lab) for lab in labels])
+    conf = proba.max(axis=1)
+    correct = proba.argmax(axis=1) == truth
+    rel = reliability(conf, correct)
+    return {"examples": len(texts), "accuracy": rel["accuracy"], "ece": rel["ece"],
+            "auto_accept": auto_accept(conf, correct, target_precision)}
+
+
+# ---------------------------------------------------------------- commands
+
+def read_examples(path: str) -> list[dict[str, str]]:
+    """JSONL rows with ``label`` and ``text`` or ``id``; a bad line raises naming it."""
+    import fsspec
+
+    rows = []
+    with fsspec.open(path, "rt", encoding="utf-8", compression="infer") as fh:
+        for number, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError as exc:
+                raise ValueError(f"{path}:{number}: not JSON: {exc}") from None
+            if not isinstance(row, dict) or not isinstance(row.get("label"), str) or \
+                    not (isinstance(row.get("text"), str) or isinstance(row.get("id"), str)):
+                raise ValueError(f"{path}:{number}: expected {{\"label\": str, \"text\" or \"id\": str}}")
+            rows.append(row)
+    return rows
+
+
+def _texts_for(rows: Iterable[dict[str, str]], docs: dict[str, str]) -> tuple[list[str], list[str], int]:
+    texts, labels, missing = [], [], 0
+    for row in rows:
+        text = row.get("text") or docs.get(row.get("id", ""), "")
+        if not text:
+            missing += 1
+            continue
+        texts.append(text)
+        labels.append(row["label"])
+    return texts, labels, missing
+
+
+def _command(args: argparse.Namespace) -> int:
+    from pipelines.config import load_config_or_report
+    from pipelines.review import accepted_reviews, doc_texts
+
+    config = load_config_or_report(args.config)
+    if config is None:
+        return 2
+    if config.label is None:
+        sys.stderr.write(f"{args.config}: no label: section\n")
+        return 2
+    spec = next((s for s in config.label.sets if s.name == args.set), None)
+    if spec is None:
+        sys.stderr.write(f"{args.config}: label.sets has no set {args.set!r} "
+                         f"(sets: {[s.name for s in config.label.sets]})\n")
+        return 2
+    params = TrainParams(epoch=args.epoch, lr=args.lr, minn=args.minn, maxn=args.maxn,
+                         dim=args.dim, seed=args.random_seed)
+    seed_rows = read_examples(args.seed) if args.seed else []
+    human = [r for r in accepted_reviews(config) if r["set"] == spec.name] if args.command == "retrain" else []
+    wanted = {r["id"] for r in seed_rows if "id" in r and "text" not in r} | {r["doc_id"] for r in human}
+    docs = doc_texts(config, wanted) if wanted else {}
+    texts, labels, missing = _texts_for(seed_rows, docs)
+    if missing:
+        sys.stderr.write(f"warning: {missing} seed rows name documents not in the corpus; skipped\n")
+    # human labels: a fixed hash-chosen quarter is held out to measure old vs new model
+    h_train, h_test = [], []
+    for r in human:
+        text = docs.get(r["doc_id"], "")
+        if text:
+            (h_test if _is_holdout(r["doc_id"], "", 0.25, 7) else h_train).append((text, r["value"]))
+    report: dict[str, object] = {}
+    old: Optional[Labeller] = None
+    if args.command == "retrain":
+        try:
+            old = Labeller.load(spec.model, spec.version, spec.name, spec.values)
+        except ModelError as exc:
+            sys.stderr.write(f"cannot load the current model to compare against: {exc}\n")
+            return 2
+        agree = [r for r in human if r.get("model_value")]
+        report["reviews"] = len(human)
+        report["agreement"] = round(sum(r["model_value"] == r["value"] for r in agree) / len(agree), 4) \
+            if agree else None
+        report["before"] = evaluate(old, [t for t, _ in h_test], [v for _, v in h_test], args.target_precision)
+        texts += [t for t, _ in h_train]
+        labels += [v for _, v in h_train]
+    new, meta = train_labeller(texts, labels, spec.name, spec.values, spec.model, params,
+                               extra_meta={"seed_file": args.seed or "",
+                                           "human_labels": len(h_train),
+                                           "previous_version": old.version if old else ""})
+    if args.command == "retrain":
+        report["after"] = evaluate(new, [t for t, _ in h_test], [v for _, v in h_test], args.target_precision)
+        report["target_precision"] = args.target_precision
+        meta["active_learning"] = report
+        with open(os.path.join(spec.model, str(meta["version"]), "meta.json"), "w", encoding="utf-8") as fh:
+            json.dump(meta, fh, indent=2)
+    rel = meta.get("reliability_calibrated") or {}
+    raw = meta.get("reliability_raw") or {}
+    sys.stdout.write(
+        f"{spec.name}: version {meta['version']} in {spec.model} ({meta['examples']} examples, "
+        f"{meta['holdout_examples']} held out for calibration (at least {MIN_CALIBRATION_EXAMPLES} needed): accuracy {rel.get('accuracy')}, "
+        f"ECE {raw.get('ece')} raw -> {rel.get('ece')} at T={meta['temperature']:.2f})\n")
+    if report:
+        sys.stdout.write(json.dumps(report, indent=2) + "\n")
+    return 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m models.labeller", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    for command in ("train", "retrain"):
+        p = sub.add_parser(command)
+        p.add_argument("--config", required=True)
+        p.add_argument("--set", required=True, help="label set name (label.sets[].name)")
+        p.add_argument("--seed", required=(command == "train"), help="labelled examples (JSONL)")
+        p.add_argument("--epoch", type=int, default=TrainParams.epoch)
+        p.add_argument("--lr", type=float, default=TrainParams.lr)
+        p.add_argument("--dim", type=int, default=TrainParams.dim)
+        p.add_argument("--minn", type=int, default=0)
+        p.add_argument("--maxn", type=int, default=0)
+        p.add_argument("--random-seed", type=int, default=0)
+        p.add_argument("--target-precision", type=float, default=0.95)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, force=True)
+    logging.getLogger("apache_beam").setLevel(logging.WARNING)
+    try:
+        return _command(args)
+    except (ValueError, ModelError, FileNotFoundError) as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,95 @@
+"""The labeller: calibration maths, training, versions, loading errors."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from models.files import ModelError
+from models.labeller import (CURRENT, Labeller, TrainParams, apply_temperature, auto_accept,
+                             fit_temperature, read_examples, reliability, train_labeller)
+from tests.labelmodels import LANGS, PARAMS, label_data, sentences  # noqa: F401  (fixture)
+
+
+def test_fit_temperature_undoes_known_overconfidence():
+    rng = np.random.default_rng(0)
+    logits = rng.normal(0, 2.0, size=(4000, 5))
+    calibrated = apply_temperature(np.exp(logits) / np.exp(logits).sum(1, keepdims=True), 1.0)
+    truth = np.array([rng.choice(5, p=p) for p in calibrated])
+    overconfident = apply_temperature(calibrated, 0.5)  # sharpened: T=2 undoes it
+    t = fit_temperature(overconfident, truth)
+    assert 1.7 < t < 2.3
+    assert fit_temperature(calibrated, truth) == pytest.approx(1.0, abs=0.15)
+
+
+def test_reliability_and_ece():
+    conf = np.array([0.95] * 100 + [0.55] * 100)
+    correct = np.array([True] * 95 + [False] * 5 + [True] * 55 + [False] * 45)
+    rel = reliability(conf, correct)
+    assert rel["ece"] == pytest.approx(0.0, abs=1e-9)
+    assert [b["count"] for b in rel["bins"]] == [100, 100]
+    over = reliability(np.full(100, 0.99), np.array([True] * 50 + [False] * 50))
+    assert over["ece"] == pytest.approx(0.49)
+
+
+def test_auto_accept_picks_lowest_threshold_meeting_precision():
+    conf = np.array([0.99, 0.98, 0.97, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3])
+    correct = np.array([1, 1, 1, 1, 1, 0, 1, 0, 0, 0], dtype=bool)
+    result = auto_accept(conf, correct, 0.85)
+    assert result["threshold"] == 0.6 and result["fraction"] == 0.7
+    assert result["precision"] == pytest.approx(6 / 7, abs=1e-4)
+    assert auto_accept(conf, correct, 1.0)["fraction"] == 0.5
+    assert auto_accept(conf, np.zeros(10, dtype=bool), 0.9)["fraction"] == 0.0
+
+
+def test_train_save_load_same_predictions_and_versions(tmp_path):
+    texts, labels = [], []
+    for lang in LANGS:
+        lines = sentences(lang)[:80]
+        texts += lines
+        labels += [lang] * len(lines)
+    model_dir = str(tmp_path / "language")
+    trained, meta = train_labeller(texts, labels, "language", LANGS, model_dir, PARAMS)
+    assert meta["holdout_examples"] >= 30 and meta["reliability_calibrated"]["accuracy"] > 0.8
+    assert open(os.path.join(model_dir, CURRENT)).read().strip() == meta["version"]
+    loaded = Labeller.load(model_dir, name="language", values=LANGS)
+    probe = [s for lang in LANGS for s in sentences(lang)[500:510]]
+    np.testing.assert_allclose(loaded.predict_proba(probe), trained.predict_proba(probe), rtol=1e-6)
+    assert loaded.predict_proba(probe).sum(axis=1) == pytest.approx(np.ones(len(probe)))
+    accuracy = np.mean(loaded.predict_proba(probe).argmax(1) == np.repeat(np.arange(4), 10))
+    assert accuracy > 0.85
+    # a second version leaves the first in place and becomes CURRENT
+    _, meta2 = train_labeller(texts[::2], labels[::2], "language", LANGS, model_dir, PARAMS)
+    assert meta2["version"] != meta["version"]
+    assert Labeller.load(model_dir).version == meta2["version"]
+    assert Labeller.load(model_dir, version=meta["version"]).version == meta["version"]
+
+
+def test_load_errors_name_the_problem(tmp_path, label_data):
+    with pytest.raises(ModelError, match="CURRENT missing"):
+        Labeller.load(str(tmp_path / "nothing"))
+    with pytest.raises(ModelError, match="taxonomy differs"):
+        Labeller.load(label_data.model_dir, values=("de", "en", "it", "fr"))
+    with pytest.raises(ModelError, match="label set"):
+        Labeller.load(label_data.model_dir, name="topic")
+    broken = tmp_path / "broken"
+    (broken / "v1").mkdir(parents=True)
+    (broken / CURRENT).write_text("v1\n")
+    (broken / "v1" / "meta.json").write_text(json.dumps({"name": "x", "values": ["a", "b"], "version": "v1"}))
+    (broken / "v1" / "model.bin").write_bytes(b"not a model")
+    with pytest.raises(ModelError, match="not a fastText model"):
+        Labeller.load(str(broken))
+
+
+def test_training_input_errors(tmp_path):
+    with pytest.raises(ValueError, match="outside the taxonomy"):
+        train_labeller(["a b", "c d"], ["de", "xx"], "language", LANGS, None, TrainParams())
+    with pytest.raises(ValueError, match="at least two values"):
+        train_labeller(["a b", "c d"], ["de", "de"], "language", LANGS, None, TrainParams())
+    bad = tmp_path / "seed.jsonl"
+    bad.write_text('{"text": "x", "label": "de"}\n{"text": 3}\nnot json\n')
+    with pytest.raises(ValueError, match=r"seed.jsonl:2"):
+        read_examples(str(bad))

@@ -1,0 +1,230 @@
+"""The review loop end to end: label stage → queue → answers (Label Studio export, our
+JSONL, the review page in headless Chromium) → import → label stage → retrain."""
+
+from __future__ import annotations
+
+import glob
+import io
+import json
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from models.labeller import Labeller, main as labeller_main
+from pipelines.config import ConfigError, load_config
+from pipelines.review import (ReviewSession, load_queue, main as review_main, merge_reviews,
+                              parse_jsonl, parse_label_studio, serve)
+from pipelines.run import main as run_main
+from tests.browser import chromium, console_errors  # noqa: F401  (fixture)
+from tests.labelmodels import LANGS, label_data, label_section, write_label_data  # noqa: F401
+from transforms.label.label import LabelConfig, LabelSetConfig, Review
+
+CFG = LabelConfig(sets=(LabelSetConfig("language", LANGS, "m"),))
+TASKS = {"t1": {"task_id": "t1", "doc_id": "d1", "suggestions": {"language": {"value": "de", "version": "v1"}}},
+         "t2": {"task_id": "t2", "doc_id": "d2", "suggestions": {"language": {"value": "en", "version": "v1"}}},
+         "t3": {"task_id": "t3", "doc_id": "d3", "suggestions": {}}}
+
+
+def cand(task: str, value: str, name: str = "language", who: str = "ann") -> dict:
+    return {"task_id": task, "set": name, "value": value, "reviewer": who, "reviewed_at": "2026-11-29T10:00:00Z",
+            "source": "x"}
+
+
+def test_merge_reviews_validates_and_sets_aside():
+    candidates = [cand("t1", "en"), cand("t1", "en", who="bob"),  # accepted + duplicate
+                  cand("t2", "es"), cand("t2", "fr", who="bob"),  # conflict: both aside
+                  cand("nope", "de"), cand("t3", "de", name="topic"), cand("t3", "xx"),
+                  cand("t3", "fr")]
+    existing = [Review("t3", "d3", "language", "es", "carl", "t")]
+    accepted, aside = merge_reviews(candidates, TASKS, CFG, existing)
+    assert accepted == [Review("t1", "d1", "language", "en", "ann", "2026-11-29T10:00:00Z", "v1", "de")]
+    reasons = sorted(a["reason"] for a in aside)
+    assert reasons == ["conflict", "conflict", "conflicts_with_accepted", "duplicate",
+                       "unknown_label_set", "unknown_task", "value_outside_taxonomy"]
+    assert len(accepted) + len(aside) == len(candidates)  # nothing dropped silently
+
+
+def test_parse_label_studio_export_shapes():
+    export = [
+        {"id": 1, "data": {"task_id": "t1"}, "annotations": [
+            {"completed_by": {"id": 3, "email": "ann@x.org"}, "updated_at": "2026-01-01T00:00:00Z",
+             "result": [{"from_name": "language", "to_name": "text", "type": "choices",
+                         "value": {"choices": ["de"]}}]},
+            {"completed_by": 4, "was_cancelled": True, "result": []},
+            {"completed_by": 5, "result": [{"type": "labels", "value": {"labels": ["x"]}}]}]},
+        {"id": 2, "data": {"task_id": "t2"}, "annotations": []},
+        "garbage",
+    ]
+    candidates, problems = parse_label_studio(export, "e.json")
+    assert [(c["task_id"], c["value"], c["reviewer"]) for c in candidates] == [("t1", "de", "ann@x.org")]
+    assert sorted(p["reason"] for p in problems) == ["cancelled", "malformed_task", "not_a_single_choice",
+                                                     "not_annotated"]
+    assert parse_label_studio({"not": "a list"}, "e.json")[1][0]["reason"] == "not_a_task_list"
+    c, p = parse_jsonl(['{"task_id": "t1", "labels": {"language": "fr"}, "reviewer": "z"}', "{bad", "[]"], "a.jsonl")
+    assert [x["value"] for x in c] == ["fr"] and [x["reason"] for x in p] == ["not_json", "malformed_answer"]
+
+
+def write_job(tmp_path: Path, data, budget: int = 20) -> str:
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump({
+        "output": str(tmp_path / "out"), "inputs": [{"format": "jsonl", "path": data.docs}],
+        "label": label_section(data.model_dir, budget), "beam_args": ["--runner=FnApiRunner"]}))
+    return str(path)
+
+
+def run(config: str) -> str:
+    out = io.StringIO()
+    assert run_main(["--config", config, "--no-progress", "--no-report", "--log-level", "WARNING"], out=out) == 0
+    return out.getvalue()
+
+
+def labelled(output: Path) -> dict[str, dict]:
+    rows = [r for f in sorted(glob.glob(str(output / "docs" / "label" / "*.parquet")))
+            for r in pq.read_table(f).to_pylist()]
+    return {r["id"]: next(lab for lab in r["labels"] if lab["name"] == "language") for r in rows}
+
+
+def test_review_loop_end_to_end(tmp_path):
+    data = write_label_data(tmp_path / "data")  # own model dir: retrain writes versions
+    config = write_job(tmp_path, data)
+    run(config)
+    out = tmp_path / "out"
+    first = labelled(out)
+    assert len(first) == 800 and all(lab["origin"] == "model" for lab in first.values())
+    queue_dir = glob.glob(str(out / "review" / "queue-*"))[0]
+    ls_tasks = json.loads(Path(queue_dir, "tasks.json").read_text())
+    assert len(ls_tasks) == 20
+    assert ET.fromstring(Path(queue_dir, "label_config.xml").read_text()).find("Choices").get("name") == "language"
+    scores = [t["predictions"][0]["score"] for t in ls_tasks]
+    assert scores == sorted(scores) and max(scores) < 0.9  # least confident first, all uncertain
+    worst_unqueued = min(lab["score"] for i, lab in first.items()
+                         if i not in {t["data"]["task_id"] for t in ls_tasks})
+    assert max(scores) <= worst_unqueued
+
+    # a Label Studio export answered from the truth, plus a bad and an unknown task
+    export = []
+    for n, task in enumerate(ls_tasks):
+        tid = task["data"]["task_id"]
+        export.append({"id": n, "data": task["data"], "annotations": [{
+            "completed_by": {"id": 1, "email": "ann@example.org"}, "updated_at": "2026-11-29T10:00:00Z",
+            "result": [{"from_name": "language", "to_name": "text", "type": "choices",
+                        "value": {"choices": [data.truth[tid]]}}]}]})
+    export[0]["annotations"].append({"completed_by": 2, "result": [
+        {"from_name": "language", "type": "choices", "value": {"choices": ["klingon"]}}]})
+    export.append({"id": 99, "data": {"task_id": "not-queued"}, "annotations": export[1]["annotations"]})
+    (tmp_path / "export.json").write_text(json.dumps(export))
+    stdout = io.StringIO()
+    import contextlib
+    with contextlib.redirect_stdout(stdout):
+        assert review_main(["import", "--config", config, str(tmp_path / "export.json")]) == 0
+    report = json.loads(stdout.getvalue().split("\nrun the label")[0])
+    assert report["accepted"] == 20 and report["set_aside_by_reason"] == {
+        "unknown_task": 1, "value_outside_taxonomy": 1}
+    corrected = [t["data"]["task_id"] for t in ls_tasks
+                 if first[t["data"]["task_id"]]["value"] != data.truth[t["data"]["task_id"]]]
+    assert report["accepted_corrected"] == len(corrected) > 0
+
+    # importing the same export again: everything is a duplicate, nothing applied twice
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert review_main(["import", "--config", config, str(tmp_path / "export.json")]) == 0
+    assert len(glob.glob(str(out / "review" / "reviews" / "*.jsonl"))) == 1
+
+    table = run(config)
+    assert "label" in table and "ran in" in table.split("label")[1].splitlines()[0]
+    second = labelled(out)
+    for task in ls_tasks:
+        tid = task["data"]["task_id"]
+        lab = second[tid]
+        assert (lab["origin"], lab["value"], lab["reviewer"], lab["score"]) == \
+            ("human", data.truth[tid], "ann@example.org", 1.0)
+        assert lab["version"] == first[tid]["version"] and lab["reviewed_at"] == "2026-11-29T10:00:00Z"
+    new_queue = max(glob.glob(str(out / "review" / "queue-*")))
+    assert not {t["task_id"] for t in load_queue(new_queue)} & set(data.truth) & {t["data"]["task_id"] for t in ls_tasks}
+
+    # active learning: retrain on seed + human labels → new CURRENT version with a report
+    old = Labeller.load(data.model_dir).version
+    with contextlib.redirect_stdout(io.StringIO()) as buf:
+        assert labeller_main(["retrain", "--config", config, "--set", "language", "--seed", data.seed,
+                              "--minn", "2", "--maxn", "4"]) == 0
+    new = Labeller.load(data.model_dir)
+    assert new.version != old
+    meta = json.loads(Path(data.model_dir, new.version, "meta.json").read_text())
+    assert meta["previous_version"] == old and meta["active_learning"]["reviews"] == 20
+    assert meta["active_learning"]["agreement"] == pytest.approx(1 - len(corrected) / 20, abs=1e-3)
+    assert "after" in meta["active_learning"] and "before" in meta["active_learning"]
+    run(config)  # the new model version makes the label stage run again
+    third = labelled(out)
+    assert {lab["version"] for lab in third.values() if lab["origin"] == "model"} == {new.version}
+
+
+def test_missing_labeller_is_a_config_error(tmp_path, label_data):
+    config = tmp_path / "job.yaml"
+    config.write_text(yaml.safe_dump({"output": str(tmp_path / "out"),
+                                      "inputs": [{"format": "jsonl", "path": label_data.docs}],
+                                      "label": label_section(str(tmp_path / "missing"))}))
+    with pytest.raises(ConfigError, match=r"label.sets\[0\].model: .*CURRENT missing"):
+        load_config(str(config))
+    bad = label_section(label_data.model_dir)
+    bad["sets"][0]["values"] = ["de", "en"]
+    config.write_text(yaml.safe_dump({"output": str(tmp_path / "out"),
+                                      "inputs": [{"format": "jsonl", "path": label_data.docs}], "label": bad}))
+    with pytest.raises(ConfigError, match="taxonomy differs"):
+        load_config(str(config))
+
+
+def queue_for_page(tmp_path: Path) -> list[dict]:
+    taxonomy = {"language": list(LANGS), "quality": ["low", "high"]}
+    tasks = [{"task_id": f"t{i}", "doc_id": f"d{i}", "url": f"https://example.org/{i}", "title": "",
+              "text": f"Document {i} <b>not bold</b>", "text_truncated": False, "taxonomy": taxonomy,
+              "suggestions": {"language": {"value": "de", "score": 0.41, "version": "v1"},
+                              "quality": {"value": "high", "score": 0.55, "version": "q1"}},
+              "uncertainty": 0.59} for i in range(3)]
+    return tasks
+
+
+def test_review_page_in_headless_chromium(tmp_path, chromium):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    answers = tmp_path / "answers.jsonl"
+    server = serve(ReviewSession(queue_for_page(tmp_path), str(answers), "rita"), port=0)
+    try:
+        chromium.get(f"http://127.0.0.1:{server.server_address[1]}/")
+        wait = WebDriverWait(chromium, 20)
+        wait.until(lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-ready") == "1")
+        progress = chromium.find_element(By.ID, "progress")
+        assert progress.text == "0 / 3 reviewed"
+        assert "<b>not bold</b>" in chromium.find_element(By.ID, "doc").text  # shown as text, not HTML
+        body = chromium.find_element(By.TAG_NAME, "body")
+        body.send_keys(Keys.ENTER)  # task 1: accept both suggestions
+        wait.until(lambda d: progress.text == "1 / 3 reviewed")
+        # task 2: correct the language to "fr" (fourth value → key 4), then quality to "low" (key 1)
+        body.send_keys("4")
+        body.send_keys("1")
+        chosen = [b.text for b in chromium.find_elements(By.CSS_SELECTOR, ".choice.chosen")]
+        assert chosen == ["4fr", "1low"]
+        body.send_keys(Keys.ENTER)
+        wait.until(lambda d: progress.text == "2 / 3 reviewed")
+        assert chromium.find_element(By.ID, "where").text == "task 3 of 3"
+        assert console_errors(chromium) == []
+        chromium.save_screenshot(str(tmp_path / "review.png"))
+    finally:
+        server.shutdown()
+    rows = [json.loads(line) for line in answers.read_text().splitlines()]
+    assert [(r["task_id"], r["labels"], r["reviewer"], r["corrected"]) for r in rows] == [
+        ("t0", {"language": "de", "quality": "high"}, "rita", []),
+        ("t1", {"language": "fr", "quality": "low"}, "rita", ["language", "quality"])]
+    # the answers file is our import format
+    tasks = {t["task_id"]: t for t in queue_for_page(tmp_path)}
+    cfg = LabelConfig(sets=(LabelSetConfig("language", LANGS, "m"), LabelSetConfig("quality", ("low", "high"), "m")))
+    accepted, aside = merge_reviews(parse_jsonl(answers.read_text().splitlines(), "a")[0], tasks, cfg, [])
+    assert len(accepted) == 4 and aside == []
+    assert {(r.task_id, r.set, r.value, r.model_value) for r in accepted if r.task_id == "t1"} == {
+        ("t1", "language", "fr", "de"), ("t1", "quality", "low", "high")}
+    # a restarted server resumes: the answered tasks stay answered
+    assert ReviewSession(queue_for_page(tmp_path), str(answers), "rita").progress() == {"done": 2, "total": 3}

@@ -1,0 +1,102 @@
+"""The label stage's pure functions and its Beam transform on real sentences."""
+
+from __future__ import annotations
+
+import apache_beam as beam
+import numpy as np
+import pytest
+from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.util import assert_that, equal_to
+
+from models.labeller import Labeller
+from transforms.doc import Doc, Label
+from transforms.label.label import (LabelConfig, LabelDocs, LabelSetConfig, Review, apply_reviews,
+                                    label_batch, review_priority, uncertainty)
+from tests.labelmodels import LANGS, label_data, sentences  # noqa: F401  (fixture)
+
+
+def config(model_dir: str = "m", budget: int = 5, threshold: float = 0.9, sampling: str = "uncertainty") -> LabelConfig:
+    return LabelConfig(sets=(LabelSetConfig("language", LANGS, model_dir, accept_threshold=threshold),),
+                       review_budget=budget, sampling=sampling)
+
+
+def doc(i: str, text: str = "x", labels=()) -> Doc:
+    return Doc(id=i, url="", text=text, source="s", fetched_at="", labels=tuple(labels))
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(name="", values=("a", "b"), model="m"), "name"),
+    (dict(name="a b", values=("a", "b"), model="m"), "name"),
+    (dict(name="t", values=("a",), model="m"), "two values"),
+    (dict(name="t", values=("a", "a"), model="m"), "unique"),
+    (dict(name="t", values=("a", "b c"), model="m"), "without spaces"),
+    (dict(name="t", values=("a", "b"), model=""), "model"),
+    (dict(name="t", values=("a", "b"), model="m", accept_threshold=1.5), "accept_threshold"),
+])
+def test_label_set_validation(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        LabelSetConfig(**kwargs)
+
+
+def test_label_config_validation():
+    one = LabelSetConfig("t", ("a", "b"), "m")
+    with pytest.raises(ValueError, match="at least one"):
+        LabelConfig(sets=())
+    with pytest.raises(ValueError, match="unique"):
+        LabelConfig(sets=(one, one))
+    with pytest.raises(ValueError, match="sampling"):
+        LabelConfig(sets=(one,), sampling="margin")
+    with pytest.raises(ValueError, match="review_budget"):
+        LabelConfig(sets=(one,), review_budget=-1)
+
+
+def test_human_review_overrides_model_with_provenance():
+    model = [Label("language", "de", 0.4, "model", "v1"), Label("topic", "news", 0.99, "model", "v7")]
+    review = Review("d1", "d1", "language", "en", "ann", "2026-11-29T10:00:00Z", "v1", "de")
+    out = apply_reviews(model, [review])
+    assert out[0] == Label("language", "en", 1.0, "human", "v1", "ann", "2026-11-29T10:00:00Z")
+    assert out[1] == model[1]
+
+
+def test_uncertainty_and_priority():
+    cfg = config()
+    sure = doc("a", labels=[Label("language", "de", 0.95, "model", "v")])
+    unsure = doc("b", labels=[Label("language", "de", 0.3, "model", "v")])
+    human = doc("c", labels=[Label("language", "de", 1.0, "human", "v", "ann", "t")])
+    assert uncertainty(sure, cfg) is None and uncertainty(human, cfg) is None
+    assert uncertainty(unsure, cfg) == pytest.approx(0.7)
+    assert review_priority(unsure, cfg) == pytest.approx(0.7)
+    rnd = config(sampling="random")
+    assert review_priority(unsure, rnd) == review_priority(unsure, rnd)  # seeded, stable
+    assert 0 <= review_priority(unsure, rnd) < 1
+
+
+def test_label_batch_on_real_sentences(label_data):
+    cfg = config(label_data.model_dir)
+    model = Labeller.load(label_data.model_dir)
+    docs = [doc(f"{lang}{i}", s) for lang in LANGS for i, s in enumerate(sentences(lang)[300:320])]
+    other = Label("topic", "news", 0.8, "model", "v0")
+    docs[0] = doc(docs[0].id, docs[0].text, [other])
+    review = Review(docs[1].id, docs[1].id, "language", "fr", "bob", "t", model.version, "de")
+    out = label_batch(docs, cfg, {"language": model}, {docs[1].id: (review,)})
+    assert out[0].labels[0] == other  # other label sets are kept
+    lang = [next(lab for lab in d.labels if lab.name == "language") for d in out]
+    assert lang[1].origin == "human" and lang[1].value == "fr" and lang[1].reviewer == "bob"
+    model_labels = [lab for lab in lang if lab.origin == "model"]
+    assert all(lab.version == model.version and 0 < lab.score <= 1 for lab in model_labels)
+    truth = [d.id[:2] for d in docs]
+    accuracy = np.mean([lab.value == t for lab, t in zip(lang, truth)])
+    assert accuracy > 0.8
+
+
+def test_label_transform_queues_the_least_confident(label_data, beam_options):
+    cfg = config(label_data.model_dir, budget=5)
+    docs = [doc(f"{lang}{i}", s) for lang in LANGS for i, s in enumerate(sentences(lang)[400:440])]
+    model = Labeller.load(label_data.model_dir)
+    confidence = model.predict_proba([d.text for d in docs]).max(axis=1)
+    expected = [docs[i].id for i in np.argsort(confidence)[:5]]
+    with TestPipeline(options=beam_options) as p:
+        outputs, queue = p | beam.Create(docs) | LabelDocs(cfg, (), "label")
+        assert_that(outputs.kept | beam.Map(lambda d: d.id), equal_to([d.id for d in docs]), label="all kept")
+        assert_that(queue | beam.Map(lambda ds: sorted(d.id for d in ds)), equal_to([sorted(expected)]),
+                    label="queue")

@@ -1,0 +1,243 @@
+"""The label stage: model labels on every document, human labels over them, and the
+review queue of the documents the model is unsure about.
+
+Annotate, then select: every document leaves this stage (labels are annotations, not a
+filter); a document whose labelling raises goes to ``failed/label/``. For each label set
+the calibrated labeller adds ``Label(name, value, score=confidence, origin="model",
+version)``; an accepted human review of that document and set replaces it with
+``origin="human"`` (score 1.0, the reviewer, the time, and the model version that was
+reviewed). A model label below the set's ``accept_threshold`` makes the document
+*uncertain*; ``review_budget`` of the uncertain documents per run go to the review queue
+(the least confident first — uncertainty sampling — or a seeded random sample).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from dataclasses import dataclass
+from typing import Any, Iterator, Mapping, Optional, Sequence
+
+import apache_beam as beam
+from apache_beam.utils import shared
+
+from transforms.doc import Doc, Label
+from transforms.routing import FAILED, CountFn, StageCounters, StageOutputs, make_failure
+
+SAMPLING = ("uncertainty", "random")
+
+
+@dataclass(frozen=True)
+class LabelSetConfig:
+    """One label set: its taxonomy and its model (a directory of versions, see
+    ``models/labeller.py``; ``version`` pins one, default the directory's ``CURRENT``)."""
+
+    name: str
+    values: tuple[str, ...]
+    model: str
+    version: str = ""
+    accept_threshold: float = 0.9
+
+    def __post_init__(self) -> None:
+        if not self.name.strip() or not self.name.replace("_", "").isalnum():
+            raise ValueError(f"label set name must be letters, digits and _, got {self.name!r}")
+        if len(self.values) < 2:
+            raise ValueError(f"label set {self.name!r} needs at least two values")
+        if len(set(self.values)) != len(self.values) or any(not v.strip() or " " in v for v in self.values):
+            raise ValueError(f"label set {self.name!r}: values must be unique, non-empty, without spaces")
+        if not self.model.strip():
+            raise ValueError(f"label set {self.name!r}: model must be set")
+        if not 0.0 <= self.accept_threshold <= 1.0:
+            raise ValueError(f"label set {self.name!r}: accept_threshold must be in [0, 1]")
+
+
+@dataclass(frozen=True)
+class LabelConfig:
+    """The ``label:`` section. ``review_budget`` 0 queues every uncertain document."""
+
+    sets: tuple[LabelSetConfig, ...]
+    review_budget: int = 100
+    sampling: str = "uncertainty"
+    seed: int = 0
+    batch_size: int = 256
+
+    def __post_init__(self) -> None:
+        if not self.sets:
+            raise ValueError("label.sets must name at least one label set")
+        names = [s.name for s in self.sets]
+        if len(set(names)) != len(names):
+            raise ValueError(f"label set names must be unique, got {names}")
+        if self.review_budget < 0:
+            raise ValueError("review_budget must be >= 0")
+        if self.sampling not in SAMPLING:
+            raise ValueError(f"sampling must be one of {list(SAMPLING)}, got {self.sampling!r}")
+        if self.batch_size <= 0:
+            raise ValueError("batch_size must be > 0")
+
+
+@dataclass(frozen=True)
+class Review:
+    """An accepted human label (one document, one label set), as stored under
+    ``review/reviews/``."""
+
+    task_id: str
+    doc_id: str
+    set: str
+    value: str
+    reviewer: str
+    reviewed_at: str
+    model_version: str = ""
+    model_value: str = ""
+
+
+# ---------------------------------------------------------------- pure functions
+
+def model_labels(config: LabelConfig, probas: Mapping[str, Any], versions: Mapping[str, str],
+                 values: Mapping[str, Sequence[str]], row: int) -> list[Label]:
+    """The model's label per set for row ``row`` of each set's probability matrix."""
+    labels = []
+    for spec in config.sets:
+        p = probas[spec.name][row]
+        best = int(p.argmax())
+        labels.append(Label(name=spec.name, value=values[spec.name][best], score=round(float(p[best]), 6),
+                            origin="model", version=versions[spec.name]))
+    return labels
+
+
+def apply_reviews(labels: Sequence[Label], reviews: Sequence[Review]) -> list[Label]:
+    """Human labels override the model's label of the same set (provenance kept)."""
+    by_set = {r.set: r for r in reviews}
+    out = []
+    for label in labels:
+        review = by_set.pop(label.name, None)
+        if review is None:
+            out.append(label)
+        else:
+            out.append(Label(name=label.name, value=review.value, score=1.0, origin="human",
+                             version=review.model_version or label.version,
+                             reviewer=review.reviewer, reviewed_at=review.reviewed_at))
+    return out
+
+
+def uncertainty(doc: Doc, config: LabelConfig) -> Optional[float]:
+    """1 - the lowest confidence among the model labels below their set's threshold;
+    None when the document is certain (every model label accepted, or human-labelled)."""
+    thresholds = {s.name: s.accept_threshold for s in config.sets}
+    low = [lab.score for lab in doc.labels
+           if lab.origin == "model" and lab.score < thresholds.get(lab.name, 0.0)]
+    return 1.0 - min(low) if low else None
+
+
+def review_priority(doc: Doc, config: LabelConfig) -> float:
+    """Higher is reviewed first: the uncertainty, or a seeded hash for random sampling."""
+    if config.sampling == "random":
+        key = hashlib.sha1(f"{config.seed}:{doc.id}".encode()).digest()
+        return int.from_bytes(key[:8], "big") / 2.0**64
+    return uncertainty(doc, config) or 0.0
+
+
+def label_batch(docs: Sequence[Doc], config: LabelConfig, labellers: Mapping[str, Any],
+                reviews: Mapping[str, Sequence[Review]]) -> list[Doc]:
+    """``docs`` with model labels (one batched prediction per set) and human overrides.
+    Labels of other sets already on a document are kept."""
+    texts = [d.text for d in docs]
+    probas = {name: lab.predict_proba(texts) for name, lab in labellers.items()}
+    versions = {name: lab.version for name, lab in labellers.items()}
+    values = {name: lab.values for name, lab in labellers.items()}
+    names = {s.name for s in config.sets}
+    out = []
+    for row, doc in enumerate(docs):
+        labels = apply_reviews(model_labels(config, probas, versions, values, row), reviews.get(doc.id, ()))
+        kept = tuple(lab for lab in doc.labels if lab.name not in names)
+        out.append(dataclasses.replace(doc, labels=kept + tuple(labels)))
+    return out
+
+
+# ---------------------------------------------------------------- Beam
+
+class _Labellers:
+    """The loaded models of a config, shared by the threads of a worker."""
+
+    def __init__(self, config: LabelConfig) -> None:
+        from models.labeller import Labeller
+
+        self.models = {s.name: Labeller.load(s.model, s.version, s.name, s.values) for s in config.sets}
+
+
+class _LabelBatchFn(beam.DoFn):
+    def __init__(self, config: LabelConfig, stage: str) -> None:
+        self._config = config
+        self._stage = stage
+        self._shared = shared.Shared()
+
+    def setup(self) -> None:
+        key = "labellers:" + "|".join(f"{s.model}@{s.version}" for s in self._config.sets)
+        self._labellers = self._shared.acquire(lambda: _Labellers(self._config), tag=key).models
+        self._counters = StageCounters(self._stage)
+
+    def _count(self, doc: Doc) -> None:
+        for lab in doc.labels:
+            self._counters.inc(f"label_{lab.origin}")
+        if uncertainty(doc, self._config) is not None:
+            self._counters.inc("label_uncertain")
+
+    def process(self, batch: list[Doc], reviews: Mapping[str, Sequence[Review]]) -> Iterator[Any]:
+        try:
+            labelled = label_batch(batch, self._config, self._labellers, reviews)
+        except Exception:  # isolate the document that breaks the batch
+            labelled = []
+            for doc in batch:
+                try:
+                    labelled.extend(label_batch([doc], self._config, self._labellers, reviews))
+                except Exception as exc:
+                    yield beam.pvalue.TaggedOutput(FAILED, make_failure(
+                        self._stage, exc, doc.source, -1, doc.text.encode("utf-8", "replace")))
+        for doc in labelled:
+            self._count(doc)
+            yield doc
+
+
+def _group_reviews(reviews: Sequence[Review]) -> dict[str, tuple[Review, ...]]:
+    grouped: dict[str, list[Review]] = {}
+    for review in reviews:
+        grouped.setdefault(review.doc_id, []).append(review)
+    return {k: tuple(v) for k, v in grouped.items()}
+
+
+class LabelDocs(beam.PTransform):
+    """``Doc`` → ``StageOutputs`` (nothing rejected) plus ``queue``: the documents picked
+    for review this run (a PCollection of one list, most important first)."""
+
+    def __init__(self, config: LabelConfig, reviews: Sequence[Review] = (), stage: str = "label") -> None:
+        super().__init__()
+        self._config = config
+        self._reviews = tuple(reviews)
+        self._stage = stage
+
+    def expand(self, docs: beam.PCollection) -> tuple[StageOutputs, beam.PCollection]:
+        stage, config = self._stage, self._config
+        reviews = beam.pvalue.AsDict(
+            docs.pipeline | "Reviews" >> beam.Create(sorted(_group_reviews(self._reviews).items())))
+        results = (
+            docs
+            | "CountIn" >> beam.ParDo(CountFn(stage, "in"))
+            | "Batch" >> beam.BatchElements(min_batch_size=min(16, config.batch_size),
+                                            max_batch_size=config.batch_size)
+            | "Label" >> beam.ParDo(_LabelBatchFn(config, stage), reviews=reviews).with_outputs(
+                FAILED, main="kept")
+        )
+        kept = results["kept"]
+        uncertain = kept | "Uncertain" >> beam.Filter(lambda d: uncertainty(d, config) is not None)
+        if config.review_budget:
+            queue = uncertain | "PickForReview" >> beam.combiners.Top.Of(
+                config.review_budget, key=lambda d: (review_priority(d, config), d.id))
+        else:
+            queue = (uncertain | "AllUncertain" >> beam.combiners.ToList()
+                     | "Order" >> beam.Map(lambda ds: sorted(
+                         ds, key=lambda d: (review_priority(d, config), d.id), reverse=True)))
+        outputs = StageOutputs(
+            kept=kept | "CountKept" >> beam.ParDo(CountFn(stage, "kept")),
+            rejected=docs.pipeline | "NoRejects" >> beam.Create([]),
+            failed=results[FAILED] | "CountFailed" >> beam.ParDo(CountFn(stage, "failed")),
+        )
+        return outputs, queue
