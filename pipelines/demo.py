@@ -4,7 +4,8 @@ Starts ``python -m pydoc -n 127.0.0.1 -p PORT`` (stdin kept open: pydoc's server
 quits on input), waits until it answers, runs ``configs/demo.yaml`` with ``${DEMO_SITE}``
 replaced by the server's URL (crawl and extract, then ``models.anomaly train`` on the
 extracted pages, then every stage again: crawl and extract resume from their manifests,
-clean runs), prints the count table, and stops the server.
+clean runs), prints the count table and the path of the run report
+(``report/report.html``), and stops the server.
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ def _run_demo(config_path: str, output: Optional[str], beam_args: list[str]) -> 
     from models.anomaly import main as anomaly_main
 
     base = ["--config", config_path] + (["--output", output] if output else [])
-    code = run_main(base + ["--stages", "crawl,extract"] + beam_args)
+    code = run_main(base + ["--stages", "crawl,extract", "--no-report"] + beam_args)
     if code != 0:
         return code
     sys.stdout.write("\ntraining the anomaly detector on the extracted pages "

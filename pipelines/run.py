@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from typing import Optional, Sequence, TextIO
 
-from pipelines.config import ConfigError, load_config
+from pipelines.config import ConfigError, JobConfig, load_config
 from pipelines.job import StageReport, run_job
 
 _LOGGER = logging.getLogger(__name__)
@@ -30,6 +31,8 @@ def parse_args(argv: Optional[Sequence[str]]) -> tuple[argparse.Namespace, list[
     parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
     parser.add_argument("--no-progress", action="store_true",
                         help="no live progress line on stderr (shown for in-process runners)")
+    parser.add_argument("--no-report", action="store_true",
+                        help="do not write report/report.json and report/report.html")
     return parser.parse_known_args(argv)
 
 
@@ -71,6 +74,20 @@ def format_locations(output: str, reports: Sequence[StageReport]) -> str:
     return "\n".join(lines)
 
 
+def write_run_report(config: JobConfig) -> str:
+    """Writes the run report; a failure is logged and never fails the job (its stages
+    ran). Returns the line to print."""
+    from pipelines.report import write_report
+
+    try:
+        path = write_report(config.output, config)
+    except Exception:  # the report is a view of the outputs, not one of them
+        _LOGGER.exception("run report failed (the stages' outputs are complete)")
+        return "report: failed, see the log (python -m pipelines.report regenerates it)"
+    local = "://" not in path
+    return f"report: {os.path.abspath(path) if local else path}"
+
+
 def main(argv: Optional[Sequence[str]] = None, out: TextIO = sys.stdout) -> int:
     args, beam_args = parse_args(argv)
     level = getattr(logging, str(args.log_level).upper(), logging.INFO)
@@ -86,6 +103,8 @@ def main(argv: Optional[Sequence[str]] = None, out: TextIO = sys.stdout) -> int:
         return 2
     reports = run_job(config, beam_args, force=args.force, show_progress=not args.no_progress)
     out.write("\n" + format_table(reports) + "\n\n" + format_locations(config.output, reports) + "\n")
+    if not args.no_report:
+        out.write(write_run_report(config) + "\n")
     return 0 if all(r.counts.reconciles for r in reports) else 1
 
 

@@ -1,0 +1,348 @@
+"""The run report: ``report/report.json`` and a self-contained ``report/report.html``.
+
+Collected from a job's output (local or any Beam filesystem URL) after its stages ran:
+the per-stage funnel from ``manifests/*.json`` (STAGES order, then any other stage found
+there) with drop reasons and throughput; the language, quality-signal, language-score
+and anomaly-score distributions of the clean stage's kept and rejected documents (only
+the ``lang``, ``lang_score``, ``signals`` and ``anomaly_score`` columns are read, batch
+by batch, into fixed bins: memory does not grow with the corpus); the near-duplicate
+component sizes of ``dedup_minhash``; the tokens per shard of the newest ``tokens/``
+version. Thresholds come from the job config (without one, plots have none).
+
+The HTML has no script and no external resource: every plot is inline SVG drawn here,
+and every string from the data is escaped. ``python -m pipelines.report --output DIR
+[--config CFG]`` regenerates both files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from collections import Counter
+from datetime import datetime, timezone
+from typing import Any, Iterator, Optional, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from storage.manifest import list_files, read_manifest, read_text, write_text_atomic
+
+_LOGGER = logging.getLogger(__name__)
+
+REPORT_VERSION = 1
+BATCH_ROWS = 65_536
+MAX_COMPONENTS = 5_000_000  # distinct near-duplicate components counted before giving up
+MAX_LANGUAGES = 25  # the rest is summed as "other"
+
+_FRAC = np.linspace(0.0, 1.0, 51)
+_COUNT = np.concatenate([[0.0], np.logspace(0, 6, 61)])  # [0,1) then 10 bins per decade
+_SCORE = np.concatenate([[0.0], np.logspace(-4, 4, 81)])
+# signal -> (bin edges, log x axis, [(rule family, rule attribute, "min"|"max")])
+SIGNAL_SPECS: dict[str, tuple[np.ndarray, bool, list[tuple[str, str, str]]]] = {
+    "words": (_COUNT, True, [("gopher_quality", "min_words", "min"), ("gopher_quality", "max_words", "max")]),
+    "mean_word_length": (np.linspace(0.0, 30.0, 61), False,
+                         [("gopher_quality", "min_mean_word_length", "min"),
+                          ("gopher_quality", "max_mean_word_length", "max")]),
+    "symbol_word_ratio": (_FRAC, False, [("gopher_quality", "max_symbol_word_ratio", "max")]),
+    "bullet_lines_ratio": (_FRAC, False, [("gopher_quality", "max_bullet_lines_ratio", "max")]),
+    "ellipsis_lines_ratio": (_FRAC, False, [("gopher_quality", "max_ellipsis_lines_ratio", "max")]),
+    "alpha_words_ratio": (_FRAC, False, [("gopher_quality", "min_alpha_words_ratio", "min")]),
+    "stop_words": (_COUNT, True, [("gopher_quality", "min_stop_words", "min")]),
+    **{name: (_FRAC, False, [("gopher_repetition", f"max_{name}", "max")])
+       for name in ("dup_line_frac", "dup_para_frac", "dup_line_char_frac", "dup_para_char_frac",
+                    "top_2gram_char_frac", "top_3gram_char_frac", "top_4gram_char_frac",
+                    *(f"dup_{n}gram_char_frac" for n in range(5, 11)))},
+    "c4_sentences": (_COUNT, True, [("c4", "min_sentences", "min")]),
+    "c4_dropped_lines_frac": (_FRAC, False, [("c4", "max_dropped_lines_frac", "max")]),
+    "fineweb_line_punct_ratio": (_FRAC, False, [("fineweb", "min_line_punct_ratio", "min")]),
+    "fineweb_short_line_ratio": (_FRAC, False, [("fineweb", "max_short_line_ratio", "max")]),
+    "fineweb_dup_line_char_ratio": (_FRAC, False, [("fineweb", "max_dup_line_char_ratio", "max")]),
+    "fineweb_newline_word_ratio": (_FRAC, False, [("fineweb", "max_newline_word_ratio", "max")]),
+}
+
+
+# ----------------------------------------------------------------------------- data
+
+
+def stage_names(output: str) -> list[str]:
+    """Stages with a manifest: ``STAGES`` order first, then unknown ones by name."""
+    from pipelines.config import STAGES
+
+    found = {os.path.basename(p)[:-len(".json")]
+             for p in list_files(FileSystems.join(output, "manifests"), "*.json")}
+    return [s for s in STAGES if s in found] + sorted(found - set(STAGES))
+
+
+def _seconds(manifest: Any) -> Optional[float]:
+    seconds = manifest.extra.get("seconds") if isinstance(manifest.extra, dict) else None
+    if isinstance(seconds, (int, float)) and seconds > 0:
+        return float(seconds)
+    try:
+        fmt = "%Y-%m-%dT%H:%M:%SZ"
+        spent = (datetime.strptime(manifest.finished_at, fmt)
+                 - datetime.strptime(manifest.started_at, fmt)).total_seconds()
+    except (TypeError, ValueError):
+        return None
+    return spent if spent > 0 else None
+
+
+def collect_funnel(output: str) -> list[dict[str, Any]]:
+    """One row per stage manifest: counts, reasons, errors, seconds and docs/s."""
+    rows = []
+    for stage in stage_names(output):
+        manifest = read_manifest(output, stage)
+        if manifest is None:
+            continue
+        c, seconds = manifest.counts, _seconds(manifest)
+        counters = manifest.extra.get("counters", {}) if isinstance(manifest.extra, dict) else {}
+        rows.append({
+            "stage": stage, "in": c.records_in, "out": c.out, "rejected": c.rejected,
+            "failed": c.failed, "reconciles": c.reconciles,
+            "rejected_by_reason": dict(c.rejected_by_reason), "failed_by_error": dict(c.failed_by_error),
+            "seconds": seconds, "docs_per_s": (c.records_in / seconds) if seconds else None,
+            "started_at": manifest.started_at, "finished_at": manifest.finished_at,
+            "runner": manifest.runner, "code_version": manifest.code_version,
+            "counters": counters if isinstance(counters, dict) else {},
+        })
+    return rows
+
+
+def config_thresholds(config: Any) -> dict[str, Any]:
+    """Thresholds of the job config's clean section: per signal, language score, anomaly.
+
+    ``active`` is false for a rule whose family is switched off. The anomaly threshold
+    is the config's override, else the one calibrated into the model artifact.
+    """
+    clean = getattr(config, "clean", None)
+    if clean is None:
+        return {"signals": {}, "lang_score": None, "anomaly": None}
+    signals: dict[str, list[dict[str, Any]]] = {}
+    for name, (_, _, rules) in SIGNAL_SPECS.items():
+        for family, attr, kind in rules:
+            value = getattr(getattr(clean.rules, family), attr)
+            if value is not None:
+                signals.setdefault(name, []).append({
+                    "value": float(value), "kind": kind, "rule": f"{family}.{attr}",
+                    "active": family in clean.rules.families})
+    return {"signals": signals, "lang_score": float(clean.langid.threshold),
+            "anomaly": _anomaly_threshold(clean), "rules_languages": list(clean.rules_languages),
+            "languages": list(clean.langid.languages)}
+
+
+def _anomaly_threshold(clean: Any) -> Optional[float]:
+    if clean.anomaly.threshold is not None:
+        return float(clean.anomaly.threshold)
+    if not clean.anomaly.model:
+        return None
+    try:
+        from models.anomaly import AnomalyModel
+
+        return float(AnomalyModel.load(clean.anomaly.model).threshold)
+    except Exception as exc:  # a missing or retrained artifact must not stop the report
+        _LOGGER.warning("report: no anomaly threshold from %s: %s", clean.anomaly.model, exc)
+        return None
+
+
+class Histogram:
+    """Counts per bin and per series, fed batch by batch; out-of-range values are
+    counted in the first/last bin and reported as ``below``/``above``."""
+
+    def __init__(self, edges: np.ndarray, log: bool = False) -> None:
+        self.edges = np.asarray(edges, dtype=np.float64)
+        self.log = log
+        self.counts: dict[str, np.ndarray] = {}
+        self.below = self.above = self.n = 0
+        self.total = 0.0
+        self.lo, self.hi = float("inf"), float("-inf")
+
+    def add(self, values: np.ndarray, series: str) -> None:
+        v = np.asarray(values, dtype=np.float64)
+        v = v[np.isfinite(v)]
+        if not v.size:
+            return
+        self.n += int(v.size)
+        self.total += float(v.sum())
+        self.lo, self.hi = min(self.lo, float(v.min())), max(self.hi, float(v.max()))
+        self.below += int((v < self.edges[0]).sum())
+        self.above += int((v > self.edges[-1]).sum())
+        clipped = np.clip(v, self.edges[0], self.edges[-1])
+        counts = np.histogram(clipped, bins=self.edges)[0]
+        self.counts[series] = self.counts.get(series, np.zeros(len(self.edges) - 1, np.int64)) + counts
+
+    def to_json(self) -> dict[str, Any]:
+        return {"edges": [float(e) for e in self.edges], "log": self.log,
+                "counts": {k: [int(c) for c in v] for k, v in self.counts.items()},
+                "n": self.n, "below": self.below, "above": self.above,
+                "min": self.lo if self.n else None, "max": self.hi if self.n else None,
+                "mean": self.total / self.n if self.n else None}
+
+
+def _open(path: str) -> Any:
+    return FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
+
+
+def iter_batches(paths: Sequence[str], columns: Sequence[str]) -> Iterator[pa.RecordBatch]:
+    """Record batches of the wanted columns (those the file has) of Parquet files."""
+    for path in paths:
+        with _open(path) as fh:
+            pf = pq.ParquetFile(fh)
+            wanted = [c for c in columns if c in pf.schema_arrow.names]
+            if wanted:
+                yield from pf.iter_batches(batch_size=BATCH_ROWS, columns=wanted)
+
+
+def _column(batch: pa.RecordBatch, name: str) -> Optional[pa.Array]:
+    return batch.column(name) if name in batch.schema.names else None
+
+
+def _floats(array: Optional[pa.Array]) -> np.ndarray:
+    if array is None:
+        return np.zeros(0)
+    return array.cast(pa.float64()).to_numpy(zero_copy_only=False)
+
+
+def stage_files(output: str, kind: str, stage: str) -> list[str]:
+    directory = FileSystems.join(output, kind, stage)
+    return list_files(directory, "*.parquet") + list_files(directory, "*/*.parquet")
+
+
+def collect_clean(output: str, stage: str = "clean") -> dict[str, Any]:
+    """Language counts and histograms of the clean stage's kept and rejected documents."""
+    langs: dict[str, Counter[str]] = {"kept": Counter(), "rejected": Counter()}
+    signals = {name: Histogram(edges, log) for name, (edges, log, _) in SIGNAL_SPECS.items()}
+    lang_score, anomaly = Histogram(_FRAC), Histogram(_SCORE, log=True)
+    docs = 0
+    for series, kind in (("kept", "docs"), ("rejected", "rejected")):
+        files = stage_files(output, kind, stage)
+        for batch in iter_batches(files, ("lang", "lang_score", "signals", "anomaly_score")):
+            docs += batch.num_rows
+            lang = _column(batch, "lang")
+            if lang is not None:
+                langs[series].update("" if v is None else v for v in lang.to_pylist())
+            lang_score.add(_floats(_column(batch, "lang_score")), series)
+            anomaly.add(_floats(_column(batch, "anomaly_score")), series)
+            struct = _column(batch, "signals")
+            if struct is None:
+                continue
+            children = dict(zip([f.name for f in struct.type], struct.flatten()))
+            for name, hist in signals.items():
+                if name in children:
+                    hist.add(_floats(children[name]), series)
+    return {"stage": stage, "docs": docs, "languages": _top_languages(langs),
+            "lang_score": lang_score.to_json(), "anomaly_score": anomaly.to_json(),
+            "signals": {k: h.to_json() for k, h in signals.items() if h.n}}
+
+
+def _top_languages(langs: dict[str, Counter[str]]) -> list[dict[str, Any]]:
+    total = langs["kept"] + langs["rejected"]
+    top = [lang for lang, _ in total.most_common(MAX_LANGUAGES)]
+    rows = [{"lang": lang or "(none)", "kept": langs["kept"][lang], "rejected": langs["rejected"][lang]}
+            for lang in top]
+    rest = set(total) - set(top)
+    if rest:
+        rows.append({"lang": "other", "kept": sum(langs["kept"][x] for x in rest),
+                     "rejected": sum(langs["rejected"][x] for x in rest)})
+    return rows
+
+
+def collect_components(output: str, stage: str = "dedup_minhash") -> Optional[dict[str, Any]]:
+    """Near-duplicate component sizes: documents per ``dup_cluster`` (kept and rejected);
+    documents without one are singletons. None when the stage wrote nothing."""
+    files = stage_files(output, "docs", stage) + stage_files(output, "rejected", stage)
+    if not files:
+        return None
+    clusters: Counter[str] = Counter()
+    singletons, truncated = 0, False
+    for batch in iter_batches(files, ("dup_cluster",)):
+        values = batch.column("dup_cluster").to_pylist()
+        singletons += sum(1 for v in values if not v)
+        if not truncated:
+            clusters.update(v for v in values if v)
+            truncated = len(clusters) > MAX_COMPONENTS
+    sizes = Counter(clusters.values())
+    if singletons:
+        sizes[1] += singletons
+    return {"stage": stage, "sizes": {str(k): v for k, v in sorted(sizes.items())},
+            "components": sum(sizes.values()), "largest": max(sizes) if sizes else 0,
+            "truncated": truncated}
+
+
+def collect_tokens(output: str) -> Optional[dict[str, Any]]:
+    """Tokens and documents per shard of the newest ``tokens/<version>/index.json``."""
+    match = FileSystems.match([FileSystems.join(output, "tokens", "*", "index.json")])[0]
+    if not match.metadata_list:
+        return None
+    path = sorted(m.path for m in match.metadata_list)[-1]
+    index = json.loads(read_text(path) or "{}")
+    shards = index.get("shards") or []
+    return {"version": str(index.get("version", "")), "index": path, "dtype": index.get("dtype"),
+            "num_tokens": index.get("num_tokens"), "num_docs": index.get("num_docs"),
+            "shards": [{"name": str(s.get("name", "")), "num_tokens": int(s.get("num_tokens", 0)),
+                        "num_docs": int(s.get("num_docs", 0))} for s in shards]}
+
+
+def build_report(output: str, config: Any = None) -> dict[str, Any]:
+    """Every number of the report (what ``report.json`` holds)."""
+    stages = collect_funnel(output)
+    names = [s["stage"] for s in stages]
+    return {
+        "report_version": REPORT_VERSION, "output": output,
+        "generated_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "config": getattr(config, "source_file", "") or None,
+        "stages": stages,
+        "thresholds": config_thresholds(config),
+        "clean": collect_clean(output) if "clean" in names else None,
+        "dedup_components": collect_components(output) if "dedup_minhash" in names else None,
+        "tokens": collect_tokens(output),
+    }
+
+
+def write_report(output: str, config: Any = None) -> str:
+    """Writes ``report/report.json`` and ``report/report.html``; returns the HTML's path."""
+    from pipelines.report_html import render_html
+
+    report = build_report(output, config)
+    directory = FileSystems.join(output, "report")
+    write_text_atomic(FileSystems.join(directory, "report.json"), json.dumps(report, indent=1))
+    path = FileSystems.join(directory, "report.html")
+    write_text_atomic(path, render_html(report))
+    return path
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pipelines.report",
+                                     description="(Re)generate a job's run report. Other --options are Beam "
+                                                 "pipeline options (filesystem settings).")
+    parser.add_argument("--output", help="the job's output URL (default: the config's output)")
+    parser.add_argument("--config", help="the job's YAML config (for the thresholds)")
+    args, beam_args = parser.parse_known_args(argv)
+    # Filesystem options (e.g. --s3_endpoint_url) as Beam pipeline options, as in a run.
+    FileSystems.set_options(PipelineOptions(beam_args))
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    config = None
+    if args.config:
+        from pipelines.config import ConfigError, load_config
+
+        try:
+            config = load_config(args.config, output=args.output, check_models=False)
+        except ConfigError as exc:
+            sys.stderr.write(f"config error: {exc}\n(the report is written without thresholds)\n")
+    output = args.output or (config.output if config is not None else None)
+    if not output:
+        parser.error("--output is required without a readable --config")
+    if not stage_names(output):
+        sys.stderr.write(f"no manifests under {output}: not a job output\n")
+        return 2
+    sys.stdout.write(f"report: {write_report(output, config)}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
