@@ -366,6 +366,13 @@ def _texts_for(rows: Iterable[dict[str, str]], docs: dict[str, str]) -> tuple[li
     return texts, labels, missing
 
 
+def _last_doc_stage(config: object) -> str:
+    from storage.manifest import read_manifest
+
+    return next((s for s in ("label", "dedup_minhash", "dedup_exact", "clean", "extract")
+                 if read_manifest(config.output, s) is not None), "extract")  # type: ignore[attr-defined]
+
+
 def _command(args: argparse.Namespace) -> int:
     from pipelines.config import load_config_or_report
     from pipelines.review import accepted_reviews, doc_texts
@@ -418,6 +425,17 @@ def _command(args: argparse.Namespace) -> int:
     if args.command == "retrain":
         report["after"] = evaluate(new, [t for t, _ in h_test], [v for _, v in h_test], args.target_precision)
         report["target_precision"] = args.target_precision
+        threshold = (report["after"].get("auto_accept") or {}).get("threshold")
+        if threshold is not None:
+            # the review effort saved on the corpus: documents the new model labels with
+            # at least the confidence that met the target precision on held-out human labels
+            from pipelines.corpus import sample_docs
+
+            sample = [d.text for d in sample_docs(config, _last_doc_stage(config), 5000, 0)]
+            if sample:
+                confidence = new.predict_proba(sample).max(axis=1)
+                report["corpus_auto_accept_fraction"] = round(float((confidence >= threshold).mean()), 4)
+                report["corpus_sample"] = len(sample)
         meta["active_learning"] = report
         with open(os.path.join(spec.model, str(meta["version"]), "meta.json"), "w", encoding="utf-8") as fh:
             json.dump(meta, fh, indent=2)

@@ -58,7 +58,8 @@ def label_data(tmp_path_factory) -> LabelData:
     return write_label_data(tmp_path_factory.mktemp("labels"))
 
 
-def label_section(model_dir: str, budget: int = 20, threshold: float = 0.9) -> dict:
-    return {"review_budget": budget,
+def label_section(model_dir: str, budget: int = 20, threshold: float = 0.9,
+                  sampling: str = "uncertainty") -> dict:
+    return {"review_budget": budget, "sampling": sampling,
             "sets": [{"name": "language", "values": list(LANGS), "model": model_dir,
                       "accept_threshold": threshold}]}

@@ -155,7 +155,7 @@ def test_review_loop_end_to_end(tmp_path):
     meta = json.loads(Path(data.model_dir, new.version, "meta.json").read_text())
     assert meta["previous_version"] == old and meta["active_learning"]["reviews"] == 20
     assert meta["active_learning"]["agreement"] == pytest.approx(1 - len(corrected) / 20, abs=1e-3)
-    assert "after" in meta["active_learning"] and "before" in meta["active_learning"]
+    assert {"after", "before", "corpus_auto_accept_fraction"} <= set(meta["active_learning"])
     run(config)  # the new model version makes the label stage run again
     third = labelled(out)
     assert {lab["version"] for lab in third.values() if lab["origin"] == "model"} == {new.version}

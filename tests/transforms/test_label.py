@@ -11,7 +11,8 @@ from apache_beam.testing.util import assert_that, equal_to
 from models.labeller import Labeller
 from transforms.doc import Doc, Label
 from transforms.label.label import (LabelConfig, LabelDocs, LabelSetConfig, Review, apply_reviews,
-                                    label_batch, review_priority, uncertainty)
+                                    label_batch, pick_for_review, predicted_class, review_priority,
+                                    uncertainty)
 from tests.labelmodels import LANGS, label_data, sentences  # noqa: F401  (fixture)
 
 
@@ -100,3 +101,37 @@ def test_label_transform_queues_the_least_confident(label_data, beam_options):
         assert_that(outputs.kept | beam.Map(lambda d: d.id), equal_to([d.id for d in docs]), label="all kept")
         assert_that(queue | beam.Map(lambda ds: sorted(d.id for d in ds)), equal_to([sorted(expected)]),
                     label="queue")
+
+
+def scored(i: int, value: str, score: float) -> Doc:
+    return doc(f"d{i:02d}", labels=[Label("language", value, score, "model", "v")])
+
+
+def test_pick_for_review_strategies():
+    # "de" holds the 6 least confident documents; "en" and "fr" are a little more confident
+    docs = [scored(i, "de", 0.10 + i * 0.01) for i in range(6)]
+    docs += [scored(10 + i, "en", 0.30 + i * 0.01) for i in range(3)]
+    docs += [scored(20 + i, "fr", 0.50 + i * 0.01) for i in range(3)]
+    docs += [scored(30, "es", 0.95)]  # certain: never picked
+    ids = lambda ds: [d.id for d in ds]  # noqa: E731
+    assert ids(pick_for_review(docs, config(budget=4))) == ["d00", "d01", "d02", "d03"]
+    assert ids(pick_for_review(docs, config(budget=4, sampling="balanced"))) == ["d00", "d10", "d20", "d01"]
+    hybrid = pick_for_review(docs, config(budget=4, sampling="hybrid"))
+    assert ids(hybrid)[:2] == ["d00", "d10"] and len(set(ids(hybrid))) == 4
+    rnd = pick_for_review(docs, config(budget=4, sampling="random"))
+    assert ids(rnd) == ids(pick_for_review(list(reversed(docs)), config(budget=4, sampling="random")))
+    assert "d30" not in ids(rnd) + ids(hybrid)
+    assert len(pick_for_review(docs, config(budget=0, sampling="hybrid"))) == 12  # no budget: all uncertain
+    assert predicted_class(docs[0], config()) == "language=de"
+
+
+@pytest.mark.parametrize("sampling", ["balanced", "hybrid", "random"])
+def test_beam_queue_equals_the_pure_pick(label_data, beam_options, sampling):
+    cfg = config(label_data.model_dir, budget=7, sampling=sampling)
+    docs = [doc(f"{lang}{i}", s) for lang in LANGS for i, s in enumerate(sentences(lang)[400:440])]
+    model = Labeller.load(label_data.model_dir)
+    expected = [d.id for d in pick_for_review(label_batch(docs, cfg, {"language": model}, {}), cfg)]
+    assert len(expected) == 7
+    with TestPipeline(options=beam_options) as p:
+        _, queue = p | beam.Create(docs) | LabelDocs(cfg, (), "label")
+        assert_that(queue | beam.Map(lambda ds: [d.id for d in ds]), equal_to([expected]))
