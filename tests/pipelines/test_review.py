@@ -228,3 +228,23 @@ def test_review_page_in_headless_chromium(tmp_path, chromium):
         ("t1", "language", "fr", "de"), ("t1", "quality", "low", "high")}
     # a restarted server resumes: the answered tasks stay answered
     assert ReviewSession(queue_for_page(tmp_path), str(answers), "rita").progress() == {"done": 2, "total": 3}
+
+
+@pytest.mark.parametrize("runner_args", [
+    ["--runner=FnApiRunner", "--direct_running_mode=multi_processing", "--direct_num_workers=2"],
+    ["--runner=PortableRunner", "--job_endpoint=embed", "--environment_type=LOOPBACK"],
+], ids=["multi_processing", "portable_loopback"])
+def test_label_stage_on_other_runners(tmp_path, label_data, runner_args):
+    docs = tmp_path / "docs.jsonl"
+    docs.write_text("".join(Path(label_data.docs).read_text(encoding="utf-8").splitlines(True)[:120]),
+                    encoding="utf-8")
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump({
+        "output": str(tmp_path / "out"), "inputs": [{"format": "jsonl", "path": str(docs)}],
+        "label": label_section(label_data.model_dir, budget=10, sampling="hybrid"), "beam_args": runner_args}))
+    run(str(path))
+    manifest = json.loads((tmp_path / "out" / "manifests" / "label.json").read_text())
+    assert manifest["counts"]["records_in"] == manifest["counts"]["out"] == 120
+    assert manifest["extra"]["counters"]["review_queued"] == 10
+    assert len(labelled(tmp_path / "out")) == 120
+    assert len(load_queue(glob.glob(str(tmp_path / "out" / "review" / "queue-*"))[0])) == 10
