@@ -274,6 +274,40 @@ def collect_components(output: str, stage: str = "dedup_minhash") -> Optional[di
             "truncated": truncated}
 
 
+def collect_labels(output: str, thresholds: dict[str, float], stage: str = "label") -> Optional[dict[str, Any]]:
+    """Per label set: value counts split into human, accepted model and uncertain model
+    labels (score below the set's ``accept_threshold``), and the confidence histogram."""
+    files = stage_files(output, "docs", stage)
+    if not files:
+        return None
+    values: dict[str, dict[str, Counter[str]]] = {}
+    confidence: dict[str, Histogram] = {}
+    for batch in iter_batches(files, ("labels",)):
+        for labels in batch.column("labels").to_pylist():
+            for lab in labels or ():
+                name = str(lab.get("name") or "")
+                origin = lab.get("origin") or ""
+                score = float(lab.get("score") or 0.0)
+                if origin == "human":
+                    series = "human"
+                else:
+                    confidence.setdefault(name, Histogram(_FRAC)).add(np.array([score]), "model")
+                    threshold = thresholds.get(name)
+                    series = "model, uncertain" if threshold is not None and score < threshold else "model"
+                values.setdefault(name, {}).setdefault(series, Counter())[str(lab.get("value") or "")] += 1
+    sets = {}
+    for name, by_series in sorted(values.items()):
+        total: Counter[str] = Counter()
+        for counts in by_series.values():
+            total.update(counts)
+        order = [v for v, _ in total.most_common(MAX_LANGUAGES)]
+        sets[name] = {"values": order,
+                      "counts": {series: [counts[v] for v in order] for series, counts in sorted(by_series.items())},
+                      "confidence": confidence[name].to_json() if name in confidence else None,
+                      "accept_threshold": thresholds.get(name)}
+    return {"stage": stage, "sets": sets}
+
+
 def collect_tokens(output: str) -> Optional[dict[str, Any]]:
     """Tokens and documents per shard of the newest ``tokens/<version>/index.json``."""
     match = FileSystems.match([FileSystems.join(output, "tokens", "*", "index.json")])[0]
@@ -300,8 +334,14 @@ def build_report(output: str, config: Any = None) -> dict[str, Any]:
         "thresholds": config_thresholds(config),
         "clean": collect_clean(output) if "clean" in names else None,
         "dedup_components": collect_components(output) if "dedup_minhash" in names else None,
+        "labels": collect_labels(output, label_thresholds(config)) if "label" in names else None,
         "tokens": collect_tokens(output),
     }
+
+
+def label_thresholds(config: Any) -> dict[str, float]:
+    label = getattr(config, "label", None)
+    return {s.name: float(s.accept_threshold) for s in label.sets} if label is not None else {}
 
 
 def write_report(output: str, config: Any = None) -> str:

@@ -258,6 +258,23 @@ def components_section(comp: dict[str, Any]) -> str:
     return f"<figure>{chart}<figcaption>{esc(note)}</figcaption></figure>"
 
 
+def labels_section(labels: dict[str, Any]) -> str:
+    colours = {"human": KEPT, "model": PALETTE[0], "model, uncertain": REJECTED}
+    parts = []
+    for name, data in labels["sets"].items():
+        series = [(k, colours.get(k, PALETTE[i % len(PALETTE)]), v)
+                  for i, (k, v) in enumerate(data["counts"].items())]
+        chart = bar_chart(f"labels-{name}", f"Label set {name}: values", "value", "documents",
+                          data["values"], series)
+        parts.append(f"<figure>{chart}{legend(series)}</figure>")
+        if data["confidence"] and data["confidence"]["n"]:
+            marks = ([{"value": data["accept_threshold"], "kind": "min", "rule": "accept_threshold",
+                       "label": "accept_threshold"}] if data["accept_threshold"] is not None else [])
+            parts.append(histogram_plot(f"label-confidence-{name}", f"Label set {name}: model confidence "
+                                        "(calibrated)", "confidence", data["confidence"], marks))
+    return "".join(parts) or "<p>No labels.</p>"
+
+
 def tokens_section(tokens: dict[str, Any]) -> str:
     shards = tokens["shards"]
     if not shards:
@@ -307,6 +324,8 @@ def render_html(report: dict[str, Any]) -> str:
                   f"<h2>Anomaly score</h2>{anomaly_section(clean, th)}"]
     if report.get("dedup_components"):
         parts.append(f"<h2>Near-duplicate components</h2>{components_section(report['dedup_components'])}")
+    if report.get("labels"):
+        parts.append(f"<h2>Labels</h2>{labels_section(report['labels'])}")
     if report.get("tokens"):
         parts.append(f"<h2>Tokens per shard</h2>{tokens_section(report['tokens'])}")
     config = f", config {esc(report['config'])}" if report.get("config") else ", no config (no thresholds)"

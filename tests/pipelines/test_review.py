@@ -248,3 +248,24 @@ def test_label_stage_on_other_runners(tmp_path, label_data, runner_args):
     assert manifest["extra"]["counters"]["review_queued"] == 10
     assert len(labelled(tmp_path / "out")) == 120
     assert len(load_queue(glob.glob(str(tmp_path / "out" / "review" / "queue-*"))[0])) == 10
+
+
+def test_report_shows_labels(tmp_path, label_data, chromium):
+    from selenium.webdriver.common.by import By
+
+    from pipelines.report import build_report, write_report
+
+    config = write_job(tmp_path, label_data)
+    run(config)
+    job = load_config(config)
+    report = build_report(job.output, job)
+    lang = report["labels"]["sets"]["language"]
+    assert sum(sum(v) for v in lang["counts"].values()) == 800 and lang["accept_threshold"] == 0.9
+    uncertain = sum(lab["score"] < 0.9 for lab in labelled(tmp_path / "out").values())
+    assert sum(lang["counts"].get("model, uncertain", [])) == uncertain
+    assert lang["confidence"]["n"] == 800
+    chromium.get(Path(write_report(job.output, job)).as_uri())
+    for plot in ("labels-language", "label-confidence-language"):
+        element = chromium.find_element(By.CSS_SELECTOR, f'[data-plot="{plot}"]')
+        assert element.size["width"] > 0 and element.find_elements(By.TAG_NAME, "rect")
+    assert console_errors(chromium) == []
