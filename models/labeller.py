@@ -202,10 +202,20 @@ class Labeller:
 
 
 def _proba(model: object, values: Sequence[str], texts: Sequence[str], max_chars: int) -> np.ndarray:
+    """Raw probabilities in taxonomy order. A text without any non-space character gets
+    the uniform distribution (fastText would answer with its label prior, confidently)."""
     index = {_LABEL + v: i for i, v in enumerate(values)}
-    labels, probs = model.predict([clean_text(t, max_chars) for t in texts], k=-1)  # type: ignore[attr-defined]
+    lines = [clean_text(t, max_chars) for t in texts]
+    try:
+        labels, probs = model.predict(lines, k=-1)  # type: ignore[attr-defined]
+    except (TypeError, UnicodeError):  # lone surrogates cannot cross into C++
+        lines = [line.encode("utf-8", "replace").decode("utf-8") for line in lines]
+        labels, probs = model.predict(lines, k=-1)  # type: ignore[attr-defined]
     out = np.full((len(texts), len(values)), 1e-9)
     for row, (labs, ps) in enumerate(zip(labels, probs)):
+        if not lines[row].strip():
+            out[row, :] = 1.0
+            continue
         for lab, p in zip(labs, ps):
             col = index.get(lab)
             if col is not None:

@@ -93,3 +93,13 @@ def test_training_input_errors(tmp_path):
     bad.write_text('{"text": "x", "label": "de"}\n{"text": 3}\nnot json\n')
     with pytest.raises(ValueError, match=r"seed.jsonl:2"):
         read_examples(str(bad))
+
+
+def test_hostile_texts(label_data):
+    model = Labeller.load(label_data.model_dir)
+    texts = ["", " \r\n\t ", "a\x00b", "x" * 10_000_000, "\ud800 lone surrogate", "😀" * 100, "ok"]
+    proba = model.predict_proba(texts)
+    assert proba.shape == (len(texts), len(LANGS))
+    assert np.allclose(proba.sum(axis=1), 1.0)
+    # no evidence, no confidence: blank documents get the uniform distribution
+    assert np.allclose(proba[0], 1 / len(LANGS)) and np.allclose(proba[1], 1 / len(LANGS))
