@@ -138,6 +138,17 @@ def test_exact_dedup_transform(beam_options):
                     equal_to([("duplicate_text", 1001), ("duplicate_url", 1)]), label="rejected")
 
 
+def test_exact_dedup_with_both_rules_off_passes_everything(beam_options):
+    import dataclasses
+
+    docs = [Doc(id=f"d{i}", url="http://x.org/", text="same", source="t", fetched_at="") for i in range(3)]
+    with TestPipeline(options=beam_options) as p:
+        out = p | beam.Create(docs) | ExactDedup(dataclasses.replace(DedupConfig(), exact_url=False,
+                                                                      exact_text=False))
+        assert_that(out.kept | beam.Map(lambda d: d.id), equal_to(["d0", "d1", "d2"]), label="kept")
+        assert_that(out.rejected, equal_to([]), label="rejected")
+
+
 def jsonl_job(tmp_path, docs: list[tuple[str, str]], extra: str = "", name: str = "job") -> str:
     data = tmp_path / f"{name}.jsonl"
     data.write_text("".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in docs))

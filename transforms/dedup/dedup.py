@@ -134,7 +134,7 @@ class ExactDedup(beam.PTransform):
                        REJECTED, main="kept"))
             current = out["kept"]
             rejected.append(out[REJECTED])
-        all_rejected = (tuple(rejected) or (docs | "NoRejects" >> beam.Create([]),)) | "AllRejected" >> beam.Flatten()
+        all_rejected = (tuple(rejected) or (docs.pipeline | "NoRejects" >> beam.Create([]),)) | "AllRejected" >> beam.Flatten()
         return StageOutputs(
             kept=current | "CountKept" >> beam.ParDo(CountFn(stage, "kept")),
             rejected=all_rejected | "CountRejected" >> beam.ParDo(CountFn(stage, "rejected")),
