@@ -98,6 +98,9 @@ def test_cascade_rule():
     assert needs_fallback(short, lines)
     _, short, lines = trim_to_core("\n".join([PARA] * 10 + ["Subhead"] + [PARA]))
     assert not needs_fallback(short, lines)
+    # a page without any paragraph (a link list): no article to rescue, no fallback
+    _, short, lines = trim_to_core("\n".join(["Home", "News", "Sport", "Contact us", "Login"] * 3))
+    assert (short, lines) == (0, 15) and not needs_fallback(short, lines)
 
 
 @pytest.fixture(scope="module")
