@@ -3,14 +3,20 @@
 Starts ``python -m pydoc -n 127.0.0.1 -p PORT`` (stdin kept open: pydoc's server
 quits on input), waits until it answers, runs ``configs/demo.yaml`` with ``${DEMO_SITE}``
 replaced by the server's URL (crawl and extract, then ``models.anomaly train`` on the
-extracted pages, then every stage again: crawl and extract resume from their manifests,
-clean runs), prints the count table and the path of the run report
-(``report/report.html``), and stops the server.
+extracted pages and ``models.labeller train`` on a seed set, then every stage again:
+crawl and extract resume from their manifests, the rest runs), prints the count table,
+the review queue and the path of the run report (``report/report.html``), and stops
+the server.
+
+The demo's label set ``area`` is the section of the Python Library Reference a page's
+module belongs to (a categorisation made by people, outside this project); a quarter
+of the extracted pages, chosen by a hash of their id, label the seed set.
 """
 
 from __future__ import annotations
 
 import argparse
+import glob
 import logging
 import os
 import socket
@@ -26,6 +32,47 @@ from pipelines.run import main as run_main
 _LOGGER = logging.getLogger(__name__)
 
 PREFERRED_PORT = 8765
+
+# Top-level module -> its section of the Python Library Reference, grouped in four.
+AREAS = {
+    "text_data": "string re textwrap codecs struct datetime calendar collections heapq bisect array "
+                 "weakref types copy pprint reprlib enum numbers math decimal fractions random "
+                 "itertools functools operator builtins",
+    "files_os": "pathlib posixpath genericpath stat tempfile glob fnmatch shutil sqlite3 dbm zlib gzip "
+                "csv configparser hashlib hmac secrets os io time argparse logging errno locale "
+                "gettext threading concurrent queue",
+    "internet": "asyncio socket ssl select selectors signal email json mimetypes base64 binascii quopri "
+                "html xml urllib http wsgiref xmlrpc uuid",
+    "runtime_dev": "typing unittest warnings dataclasses contextlib abc traceback inspect ast keyword "
+                   "token tokenize importlib",
+}
+MODULE_AREA = {module: area for area, modules in AREAS.items() for module in modules.split()}
+
+
+def area_of(url: str) -> str:
+    """The Library Reference area of a pydoc page URL, '' when unknown."""
+    name = url.rsplit("/", 1)[-1].removesuffix(".html").split(".")[0]
+    return MODULE_AREA.get(name, "")
+
+
+def write_area_seed(config_path: str, path: str, fraction: float = 0.25) -> int:
+    """The seed set: ``{"id", "label"}`` for a hash-chosen ``fraction`` of the extracted pages."""
+    import hashlib
+    import json
+
+    from pipelines.config import load_config
+    from pipelines.corpus import iter_docs, stage_doc_files
+
+    config = load_config(config_path, stages=("extract",), check_models=False)
+    rows = []
+    for doc in iter_docs(stage_doc_files(config, "extract")):
+        area = area_of(doc.url)
+        if area and hashlib.sha1(doc.id.encode()).digest()[0] < 256 * fraction:
+            rows.append({"id": doc.id, "label": area})
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.writelines(json.dumps(r) + "\n" for r in rows)
+    return len(rows)
 
 
 def free_port(preferred: int = PREFERRED_PORT) -> int:
@@ -90,7 +137,30 @@ def _run_demo(config_path: str, output: Optional[str], beam_args: list[str]) -> 
     code = anomaly_main(["train", "--config", config_path, "--stage", "extract"])
     if code != 0:
         return code
-    return run_main(base + beam_args)
+    from models.labeller import main as labeller_main
+
+    seed = os.path.join(output or "out/demo", "models", "area-seed.jsonl")
+    n = write_area_seed(config_path, seed)
+    from pipelines.config import load_config
+
+    label = load_config(config_path, check_models=False).label
+    labeller_dir = label.sets[0].model if label is not None else ""
+    if os.path.exists(os.path.join(labeller_dir, "CURRENT")):
+        sys.stdout.write(f"\npage-area labeller already trained ({labeller_dir}); "
+                         "retrain with python -m models.labeller retrain\n")
+    else:
+        sys.stdout.write(f"\ntraining the page-area labeller on {n} seed pages "
+                         "(python -m models.labeller train)\n")
+        code = labeller_main(["train", "--config", config_path, "--set", "area", "--seed", seed])
+        if code != 0:
+            return code
+    code = run_main(base + beam_args)
+    queues = sorted(glob.glob(os.path.join(output or "out/demo", "review", "queue-*")))
+    if code == 0 and queues:
+        sys.stdout.write(f"review queue: {queues[-1]} (Label Studio: tasks.json + label_config.xml)\n"
+                         f"  review it here: .venv/bin/python -m pipelines.review serve --queue {queues[-1]} "
+                         "--out answers.jsonl\n")
+    return code
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

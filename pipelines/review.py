@@ -20,7 +20,7 @@ Commands:
         overrides the model's, with reviewer, time and model version).
 
     python -m pipelines.review serve --queue DIR_OR_TASKS_JSONL --out ANSWERS.jsonl
-        [--reviewer NAME] [--port 8765]
+        [--reviewer NAME] [--port 8766]
         A review page on 127.0.0.1 for reviewers without Label Studio: one document at a
         time with the model's suggestion; Enter accepts, a value key (shown beside each
         value) corrects, arrows move between label sets and tasks. Answers are written to
@@ -174,14 +174,17 @@ def doc_texts(config: Any, ids: Iterable[str]) -> dict[str, str]:
     from storage.manifest import read_manifest
 
     wanted = set(ids)
-    stage = next((s for s in ("label", "dedup_minhash", "dedup_exact", "clean", "extract")
-                  if read_manifest(config.output, s) is not None), None)
-    if stage is None:
+    stages = [s for s in ("label", "dedup_minhash", "dedup_exact", "clean", "extract")
+              if read_manifest(config.output, s) is not None]
+    if not stages:
         raise FileNotFoundError(f"no document stage has run under {config.output}")
     found: dict[str, str] = {}
-    for doc in iter_docs(stage_doc_files(config, stage)):
-        if doc.id in wanted:
-            found[doc.id] = doc.text
+    for stage in stages:  # the latest text of each document (clean redacts PII)
+        for doc in iter_docs(stage_doc_files(config, stage)):
+            if doc.id in wanted and doc.id not in found:
+                found[doc.id] = doc.text
+        if len(found) == len(wanted):
+            break
     return found
 
 
@@ -558,7 +561,7 @@ def make_handler(session: ReviewSession) -> type:
     return Handler
 
 
-def serve(session: ReviewSession, port: int = 8765, host: str = "127.0.0.1") -> ThreadingHTTPServer:
+def serve(session: ReviewSession, port: int = 8766, host: str = "127.0.0.1") -> ThreadingHTTPServer:
     """A started review server (call ``shutdown()`` to stop); port 0 picks a free one."""
     server = ThreadingHTTPServer((host, port), make_handler(session))
     threading.Thread(target=server.serve_forever, daemon=True, name="review-page").start()
@@ -578,7 +581,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     srv.add_argument("--queue", required=True, help="review/queue-<time>/ or its tasks.jsonl")
     srv.add_argument("--out", required=True, help="answers file (JSONL import format)")
     srv.add_argument("--reviewer", default=os.environ.get("USER", "reviewer"))
-    srv.add_argument("--port", type=int, default=8765)
+    srv.add_argument("--port", type=int, default=8766)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, force=True)
     logging.getLogger("apache_beam").setLevel(logging.WARNING)
