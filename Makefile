@@ -50,6 +50,7 @@ bench: $(STAMP)
 clean:
 	rm -rf out .pytest_cache
 
-# Peers (datatrove, ...) for the side-by-side benchmarks, in their own .bench-venv.
+# Peers for the side-by-side benchmarks, in their own venvs: datatrove in .bench-venv, the
+# streaming loaders (mosaicml-streaming, litdata) in .bench-venv-loader (they do not install together).
 bench-env:
 	bash benchmarks/setup_peers.sh

@@ -1,13 +1,13 @@
 """Loader tokens/s from the hot cache vs mosaicml-streaming (MDS) and litdata, same tokens.
 
-    LITDATA_DISABLE_VERSION_CHECK=1 .bench-venv/bin/python -m benchmarks.bench_loader [--tokens 20000000]
+    LITDATA_DISABLE_VERSION_CHECK=1 .bench-venv-loader/bin/python -m benchmarks.bench_loader --peers [--tokens 20000000]
 
-(`make bench-env`, then the peers: see docs/BENCHMARKS.md.) Random uint16 tokens in
-documents of 200-4,000 tokens, written once as our shards, as litdata chunks (its
-``TokensLoader``) and as MDS samples of 2,049 tokens. Every reader serves shuffled batches
-of 8 x 2,049 tokens from local disk (page cache), single process and with 2 DataLoader
-workers; the ceiling is a numpy memmap window reader. Also: time to first batch on a
-1,000-shard dataset.
+(`make bench-env` creates .bench-venv-loader with the peers: see docs/BENCHMARKS.md.)
+Random uint16 tokens in documents of 200-4,000 tokens, written once as our shards, as
+litdata chunks (its ``TokensLoader``) and as MDS samples of 2,049 tokens. Every reader
+serves shuffled batches of 8 x 2,049 tokens from local disk (page cache), single process
+and with 2 DataLoader workers; the ceiling is a numpy memmap window reader. Also: time to
+first batch on a 1,000-shard dataset.
 """
 
 from __future__ import annotations
@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--tokens", type=int, default=20_000_000)
     parser.add_argument("--batches", type=int, default=300)
-    parser.add_argument("--peers", action="store_true", help="also litdata and MDS (in .bench-venv)")
+    parser.add_argument("--peers", action="store_true", help="also litdata and MDS (in .bench-venv-loader)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     docs = make_tokens(args.tokens)

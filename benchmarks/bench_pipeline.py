@@ -2,7 +2,7 @@
 
     .bench-venv/bin/python -m benchmarks.bench_pipeline [--copies 20] [--rounds 2] [--skip-demo]
 
-(``make bench-env`` creates .bench-venv: datatrove 0.10.1, spaCy, transformers, this project.)
+(``make bench-env`` creates .bench-venv: datatrove 0.10.1, spaCy, this project.)
 
 Two corpora, each fed to both sides as the same WARC files:
 
@@ -72,24 +72,6 @@ FULL = Steps()
 DEMO = Steps(lang_threshold=0.5, families=("gopher_repetition",))
 _RECORD_ID = re.compile(rb"(WARC-Record-ID: <urn:uuid:)([0-9a-fA-F-]{36})")
 _TARGET_URI = re.compile(rb"(WARC-Target-URI: <?)([^\s>]+)")
-
-
-def make_datatrove_importable() -> list[str]:
-    """datatrove 0.10.1 imports bucket helpers of huggingface_hub >= 1.6 at import time
-    (its HF-hub writers); .bench-venv holds hub 0.36 because mosaicml-streaming pins
-    transformers < 5, which pins hub < 1.0. The missing names get stubs that raise if
-    called; no step measured here uses them. Returns the names stubbed."""
-    import huggingface_hub
-
-    missing = [n for n in ("batch_bucket_files", "create_bucket", "list_bucket_tree")
-               if not hasattr(huggingface_hub, n)]
-
-    def _stub(*args: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError("huggingface_hub >= 1.6 needed (stub from benchmarks.bench_pipeline)")
-
-    for name in missing:
-        setattr(huggingface_hub, name, _stub)
-    return missing
 
 
 # --- inputs -------------------------------------------------------------------------
@@ -181,23 +163,40 @@ def write_job_config(path: Path, config: dict[str, Any]) -> Path:
 
 
 def hf_tokenizer_json(model: Path, out: Path) -> Path:
-    """The sentencepiece model as an HF ``tokenizer.json`` (LlamaConverter, legacy, prefix
-    space: the same ids as sentencepiece, checked in ``check_same_ids``)."""
-    import types
-    import warnings
-
+    """The sentencepiece model (BPE with byte fallback, as Mistral's) as an HF
+    ``tokenizer.json``, built with ``tokenizers`` alone the way transformers 4's
+    ``LlamaConverter`` (legacy, prefix space) builds it: the same file, and the same ids as
+    sentencepiece (checked in ``check_same_ids``). Not transformers itself: 5.x (the one that
+    installs beside datatrove's huggingface_hub >= 1.6) fails on this model in its converter,
+    and sentencepiece's own protobuf module does not load with this protobuf runtime, so the
+    pieces come from ``SentencePieceProcessor``."""
     import sentencepiece as spm
-    import transformers.convert_slow_tokenizer as cst
-    from transformers.utils import sentencepiece_model_pb2_new
+    from tokenizers import AddedToken, Tokenizer, decoders, normalizers
+    from tokenizers.models import BPE
 
-    # sentencepiece's own generated protobuf module does not load with this protobuf runtime.
-    cst.import_protobuf = lambda *args, **kwargs: sentencepiece_model_pb2_new
     sp = spm.SentencePieceProcessor(model_file=str(model))
-    original = types.SimpleNamespace(vocab_file=str(model), legacy=True, add_prefix_space=True,
-                                     convert_ids_to_tokens=sp.id_to_piece)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        cst.LlamaConverter(original).converted().save(str(out))
+    pieces = [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
+    vocab = {piece: i for i, piece in enumerate(pieces)}
+    # LlamaConverter scores <unk>, <s>, </s> (ids 0-2) 0.0
+    scores = {piece: 0.0 if i < 3 else sp.get_score(i) for i, piece in enumerate(pieces)}
+    # transformers' generate_merges: every split of a piece into two pieces, highest merged
+    # score first (then longer left, longer right; stable otherwise, splits by their ids)
+    merges: list[tuple[str, str, float]] = []
+    for piece, score in scores.items():
+        local = [(piece[:k], piece[k:], score) for k in range(1, len(piece))
+                 if piece[:k] in vocab and piece[k:] in vocab]
+        merges += sorted(local, key=lambda m: (vocab[m[0]], vocab[m[1]]))
+    merges.sort(key=lambda m: (m[2], len(m[0]), len(m[1])), reverse=True)
+    tokenizer = Tokenizer(BPE(vocab, [(left, right) for left, right, _ in merges], unk_token=pieces[sp.unk_id()],
+                              fuse_unk=True, byte_fallback=True, dropout=None))
+    # control pieces are special added tokens (sentencepiece's API does not tell user-defined
+    # pieces apart, which LlamaConverter adds as plain added tokens: Mistral's model has none)
+    tokenizer.add_tokens([AddedToken(pieces[i], normalized=False, special=True)
+                          for i in range(len(pieces)) if sp.is_control(i)])
+    tokenizer.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    tokenizer.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                           decoders.Strip(content=" ", left=1, right=0)])
+    tokenizer.save(str(out))
     return out
 
 
@@ -573,18 +572,16 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--skip-demo", action="store_true", help="only the WARC corpus (no pydoc crawl)")
     parser.add_argument("--datatrove-job", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    stubbed = make_datatrove_importable()
+    try:
+        import datatrove.pipeline.filters  # noqa: F401
+    except ImportError as e:
+        sys.stderr.write(f"datatrove does not import here ({e}): run with .bench-venv/bin/python "
+                         "(make bench-env)\n")
+        return 2
     if args.datatrove_job:
         datatrove_job(json.loads(args.datatrove_job))
         return 0
-    try:
-        import datatrove  # noqa: F401
-    except ImportError:
-        sys.stderr.write("datatrove is not installed here: run with .bench-venv/bin/python (make bench-env)\n")
-        return 2
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
-    if stubbed:
-        sys.stderr.write(f"note: huggingface_hub lacks {stubbed} (datatrove wants >= 1.6): stubbed, unused here\n")
     lines: list[str] = []
     summaries: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="bench_pipeline-") as tmp_name:

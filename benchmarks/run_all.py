@@ -1,8 +1,9 @@
 """Runs the benchmarks that need only the project's venv: ``make bench``.
 
-The peer comparisons that need other packages run from ``.bench-venv`` (``make
-bench-env``): ``benchmarks.bench_clean`` (datatrove) and ``benchmarks.bench_loader
---peers`` (mosaicml-streaming, litdata); ``benchmarks.bench_dedup_scale`` takes minutes.
+The peer comparisons that need other packages run from the venvs ``make bench-env``
+creates: ``benchmarks.bench_clean`` and ``benchmarks.bench_pipeline`` from ``.bench-venv``
+(datatrove), ``benchmarks.bench_loader --peers`` from ``.bench-venv-loader``
+(mosaicml-streaming, litdata); ``benchmarks.bench_dedup_scale`` takes minutes.
 """
 
 from __future__ import annotations
