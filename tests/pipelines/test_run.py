@@ -69,6 +69,11 @@ def test_warc_job_end_to_end_and_resume(tmp_path):
     rejected = read_rows(f"{out}/rejected/extract/*.parquet")
     assert {r["reason"] for r in rejected} == {"content_type"}
     assert "extract" in table and "in=out+r+f" in table
+    # which extractor made each HTML page's text: the cascade's fallback share
+    methods = {k: v for k, v in manifest["extra"]["counters"].items() if k.startswith("extracted_")}
+    assert set(methods) <= {"extracted_resiliparse", "extracted_trafilatura"}
+    assert methods.get("extracted_resiliparse", 0) > 0 and methods.get("extracted_trafilatura", 0) > 0
+    assert sum(methods.values()) <= counts["records_in"] and "extracted_resiliparse=" in table
 
     code, table = run(["--config", config])
     assert code == 0 and "resumed (manifest matched)" in table

@@ -11,9 +11,10 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from enum import Enum
-from typing import Iterator, Union
+from typing import Callable, Iterator, Optional, Union
 
 import apache_beam as beam
+from apache_beam.metrics import Metrics
 
 from transforms.doc import Doc, RawRecord, stable_id
 from transforms.extract.html import Method, extract_html, looks_like_html, normalize_text
@@ -84,8 +85,10 @@ def classify(record: RawRecord) -> Union[ExtractReason, None]:
     return ExtractReason.CONTENT_TYPE
 
 
-def extract_record(record: RawRecord, config: ExtractConfig) -> Union[Doc, tuple[Doc, ExtractReason, str]]:
-    """The ``Doc`` of ``record``, or (shell doc, reason, detail) when it is rejected."""
+def extract_record(record: RawRecord, config: ExtractConfig,
+                   on_method: Optional[Callable[[str], None]] = None) -> Union[Doc, tuple[Doc, ExtractReason, str]]:
+    """The ``Doc`` of ``record``, or (shell doc, reason, detail) when it is rejected.
+    ``on_method`` is told which extractor produced the text of an HTML page."""
     shell = _doc_shell(record)
     reason = classify(record)
     if reason == ExtractReason.HTTP_STATUS:
@@ -94,6 +97,8 @@ def extract_record(record: RawRecord, config: ExtractConfig) -> Union[Doc, tuple
         return shell, reason, record.content_type or "unknown"
     if record.kind == "html":
         out = extract_html(record.payload, record.charset, Method(config.method))
+        if on_method is not None:
+            on_method(out.method)
         doc = Doc(
             id=shell.id, url=shell.url, text=out.text, source=shell.source,
             fetched_at=shell.fetched_at, title=out.title,
@@ -112,13 +117,19 @@ def extract_record(record: RawRecord, config: ExtractConfig) -> Union[Doc, tuple
 
 
 class _ExtractFn(beam.DoFn):
-    """Pure routing of one record; counting happens outside (see ``CountFn``)."""
+    """Pure routing of one record; in/out counting happens outside (see ``CountFn``);
+    ``extracted_<method>`` counts which extractor made each HTML page's text (the
+    cascade's fallback share)."""
 
-    def __init__(self, config: ExtractConfig) -> None:
+    def __init__(self, config: ExtractConfig, stage: str = "extract") -> None:
         self._config = config
+        self._stage = stage
+
+    def setup(self) -> None:
+        self._methods = {m.value: Metrics.counter(self._stage, f"extracted_{m.value}") for m in Method}
 
     def process(self, record: RawRecord) -> Iterator[object]:
-        result = extract_record(record, self._config)
+        result = extract_record(record, self._config, lambda m: self._methods[m].inc())
         if isinstance(result, Doc):
             yield result
         else:
@@ -139,7 +150,7 @@ class ExtractText(beam.PTransform):
         results = (
             records
             | "CountIn" >> beam.ParDo(CountFn(stage, "in"))
-            | "Extract" >> beam.ParDo(_ExtractFn(self._config))
+            | "Extract" >> beam.ParDo(_ExtractFn(self._config, stage))
             .with_exception_handling(
                 main_tag="kept",
                 dead_letter_tag=FAILED,
