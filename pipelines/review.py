@@ -548,8 +548,8 @@ def make_handler(session: ReviewSession) -> type:
                 return
             try:
                 length = int(self.headers.get("Content-Length") or 0)
-                if length > 1 << 20:
-                    raise ValueError("answer too large")
+                if not 0 <= length <= 1 << 20:
+                    raise ValueError("answer missing or too large")
                 body = json.loads(self.rfile.read(length))
                 labels = body.get("labels")
                 if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):

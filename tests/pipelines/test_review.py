@@ -269,3 +269,30 @@ def test_report_shows_labels(tmp_path, label_data, chromium):
         element = chromium.find_element(By.CSS_SELECTOR, f'[data-plot="{plot}"]')
         assert element.size["width"] > 0 and element.find_elements(By.TAG_NAME, "rect")
     assert console_errors(chromium) == []
+
+
+def test_review_server_rejects_bad_answers(tmp_path):
+    import urllib.error
+    import urllib.request
+
+    answers = tmp_path / "answers.jsonl"
+    server = serve(ReviewSession(queue_for_page(tmp_path), str(answers), "rita"), port=0)
+    url = f"http://127.0.0.1:{server.server_address[1]}/api/answer"
+
+    def post(body: bytes) -> int:
+        try:
+            with urllib.request.urlopen(urllib.request.Request(url, data=body, method="POST"), timeout=10) as r:
+                return r.status
+        except urllib.error.HTTPError as exc:
+            return exc.code
+
+    try:
+        assert post(b"{not json") == 400
+        assert post(json.dumps({"task_id": "t0", "labels": {"language": "klingon"}}).encode()) == 400
+        assert post(json.dumps({"task_id": "nope", "labels": {"language": "de"}}).encode()) == 400
+        assert post(json.dumps({"task_id": "t0", "labels": ["de"]}).encode()) == 400
+        assert not answers.exists()  # nothing written for a rejected answer
+        assert post(json.dumps({"task_id": "t0", "labels": {"language": "en"}}).encode()) == 200
+        assert json.loads(answers.read_text())["labels"] == {"language": "en"}
+    finally:
+        server.shutdown()
