@@ -325,13 +325,26 @@ def check_files(config: JobConfig) -> None:
                               f"{config.crawl.seeds_file!r}: {exc}") from None
 
 
+def configure_filesystems(config: JobConfig, cli_args: tuple[str, ...] | list[str] = ()) -> None:
+    """Beam's filesystems take their settings (``--s3_endpoint_url``, credentials, region,
+    ``--hdfs_host``...) from pipeline options; the driver reads and writes the output
+    (manifests, review queues, the report) before and between pipelines, so the job's
+    options are installed for it too. The command line wins over ``beam_args``."""
+    from apache_beam.io.filesystems import FileSystems
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    FileSystems.set_options(PipelineOptions(list(config.beam_args) + list(cli_args)))
+
+
 def load_config_or_report(path: str) -> Optional[JobConfig]:
     """For the model commands: the config without loading models, or None after printing
     the error (they train the models the config points at)."""
     import sys
 
     try:
-        return load_config(path, check_models=False)
+        config = load_config(path, check_models=False)
     except ConfigError as exc:
         sys.stderr.write(f"config error: {exc}\n")
         return None
+    configure_filesystems(config)
+    return config

@@ -18,7 +18,7 @@ from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from apache_beam.runners.runner import PipelineResult
 
-from pipelines.config import JobConfig
+from pipelines.config import JobConfig, configure_filesystems
 from pipelines.progress import ProgressLine
 from pipelines.stages import PLANNERS, StagePlan
 from storage.manifest import (
@@ -155,6 +155,7 @@ def run_job(config: JobConfig, cli_args: Sequence[str] = (), force: bool = False
             show_progress: bool = False) -> list[StageReport]:
     """Runs the config's stages in order; returns one report per stage."""
     options = pipeline_options(config, cli_args)
+    configure_filesystems(config, cli_args)  # the driver's own reads and writes of the output
     reports = []
     for stage in config.active_stages():
         plan = PLANNERS[stage](config)

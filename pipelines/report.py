@@ -368,10 +368,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     config = None
     if args.config:
-        from pipelines.config import ConfigError, load_config
+        from pipelines.config import ConfigError, configure_filesystems, load_config
 
         try:
             config = load_config(args.config, output=args.output, check_models=False)
+            configure_filesystems(config, beam_args)  # the config's options, the command line's last
         except ConfigError as exc:
             sys.stderr.write(f"config error: {exc}\n(the report is written without thresholds)\n")
     output = args.output or (config.output if config is not None else None)

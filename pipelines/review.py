@@ -586,10 +586,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     logging.basicConfig(level=logging.INFO, force=True)
     logging.getLogger("apache_beam").setLevel(logging.WARNING)
     if args.command == "import":
-        from pipelines.config import ConfigError, load_config
+        from pipelines.config import ConfigError, configure_filesystems, load_config
 
         try:
             config = load_config(args.config, check_models=False)
+            configure_filesystems(config)
             report = import_reviews(config, args.files)
         except (ConfigError, ValueError, OSError) as exc:
             sys.stderr.write(f"error: {exc}\n")

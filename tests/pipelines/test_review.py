@@ -21,6 +21,7 @@ from pipelines.review import (ReviewSession, load_queue, main as review_main, me
 from pipelines.run import main as run_main
 from tests.browser import chromium, console_errors  # noqa: F401  (fixture)
 from tests.labelmodels import LANGS, label_data, label_section, write_label_data  # noqa: F401
+from tests.s3server import s3_endpoint, s3_env  # noqa: F401  (fixtures)
 from transforms.label.label import LabelConfig, LabelSetConfig, Review
 
 CFG = LabelConfig(sets=(LabelSetConfig("language", LANGS, "m"),))
@@ -296,3 +297,44 @@ def test_review_server_rejects_bad_answers(tmp_path):
         assert json.loads(answers.read_text())["labels"] == {"language": "en"}
     finally:
         server.shutdown()
+
+
+def test_label_job_and_review_loop_on_an_s3_output(tmp_path, label_data, s3_env):  # noqa: F811
+    """Output on S3 (moto): the driver's manifests, the review queue, the import and the
+    report all go through Beam's S3 filesystem configured from the job's options."""
+    import contextlib
+
+    import s3fs
+    from apache_beam.io.filesystems import FileSystems
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    fs = s3fs.S3FileSystem()
+    fs.mkdir("label-job")
+    docs = tmp_path / "docs.jsonl"
+    docs.write_text("".join(Path(label_data.docs).read_text(encoding="utf-8").splitlines(True)[:200]),
+                    encoding="utf-8")
+    config = tmp_path / "job.yaml"
+    config.write_text(yaml.safe_dump({
+        "output": "s3://label-job/out", "inputs": [{"format": "jsonl", "path": str(docs)}],
+        "label": label_section(label_data.model_dir, budget=5),
+        "beam_args": ["--runner=FnApiRunner", f"--s3_endpoint_url={s3_env}", "--s3_access_key_id=testing",
+                      "--s3_secret_access_key=testing", "--s3_region_name=us-east-1"]}))
+    try:
+        out = io.StringIO()
+        assert run_main(["--config", str(config), "--no-progress", "--log-level", "WARNING"], out=out) == 0
+        assert "report: s3://label-job/out/report/report.html" in out.getvalue()
+        queue = [p for p in fs.find("label-job/out/review") if p.endswith("tasks.jsonl")]
+        tasks = [json.loads(line) for line in fs.cat(queue[0]).decode().splitlines()]
+        assert len(tasks) == 5
+        answers = tmp_path / "answers.jsonl"
+        answers.write_text("".join(json.dumps({"task_id": t["task_id"], "reviewer": "ann",
+                                               "labels": {"language": t["task_id"][:2]}}) + "\n" for t in tasks))
+        with contextlib.redirect_stdout(io.StringIO()) as buf:
+            assert review_main(["import", "--config", str(config), str(answers)]) == 0
+        assert json.loads(buf.getvalue().split("\nrun the label")[0])["accepted"] == 5
+        assert run_main(["--config", str(config), "--no-progress", "--no-report", "--log-level", "WARNING"],
+                        out=io.StringIO()) == 0
+        manifest = json.loads(fs.cat("label-job/out/manifests/label.json"))
+        assert manifest["extra"]["counters"]["label_human"] == 5
+    finally:
+        FileSystems.set_options(PipelineOptions([]))  # global state: no endpoint for later tests
