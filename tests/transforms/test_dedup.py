@@ -265,3 +265,13 @@ def test_keep_rule_orders_nodes():
     assert best.node(d("z", 1.0), previous_run=True) < best.node(d("a", 1.0))  # earlier runs win
     with pytest.raises(ValueError, match="keep"):
         DedupConfig(keep="random")
+
+
+def test_normalisation_keeps_every_multibyte_character_intact():
+    """Bytes 0xB2/0xB3/0xB9 are UTF-8 continuation bytes (of "²", "ł", "й"...), not digits:
+    a real Common Crawl page in ../shared/data/warc crashed exact dedup this way."""
+    every = "".join(chr(c) for c in range(0x20, 0x30000) if not 0xD800 <= c < 0xE000)
+    normalize_for_dedup(every)  # decodes: no character was cut
+    assert normalize_for_dedup("x² ³ 42 ł й ²³ β") == "x² ³ 00 ł й ²³ β"
+    for compat in (False, True):
+        assert MinHasher(compat=compat).signatures(["łódź й² " * 5]).shape[0] == 1

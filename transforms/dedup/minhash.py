@@ -27,8 +27,10 @@ from typing import Sequence
 import numpy as np
 
 # ASCII: punctuation, symbols and control characters -> space, digits -> "0".
+# Bytes >= 128 (UTF-8 lead and continuation bytes) are never touched: mapping 0xB2, 0xB3
+# or 0xB9 (chr() of them are superscript digits) would break multi-byte characters.
 _ASCII_TABLE = bytes(
-    48 if chr(c).isdigit() else (c if chr(c).isalnum() or c == 32 else 32) if c < 128 else c
+    (48 if chr(c).isdigit() else c if chr(c).isalnum() or c == 32 else 32) if c < 128 else c
     for c in range(256)
 )
 # Common non-ASCII punctuation, as UTF-8 byte sequences: General Punctuation (U+2000-206F:
