@@ -71,11 +71,15 @@ def _run(options: PipelineOptions, build: Callable[[beam.Pipeline], None]) -> An
     return result
 
 
+def _match_all(pattern: str) -> list[str]:
+    return [m.path for m in FileSystems.match([pattern])[0].metadata_list]
+
+
 class NearDedupDriver:
     """Runs the near-duplicate stage; ``run`` returns the stage's counter totals."""
 
     def __init__(self, config: DedupConfig, output: str, doc_files: list[str], read_docs: Any,
-                 stage: str = "dedup_minhash") -> None:
+                 stage: str = "dedup_minhash", own_index_part: str = "") -> None:
         self.config = config
         self.output = output
         self.doc_files = doc_files
@@ -83,15 +87,22 @@ class NearDedupDriver:
         self.stage = stage
         self.work = FileSystems.join(output, "work", stage)
         self.rounds = 0
+        # The index part this job output wrote the last time the stage ran (from its
+        # manifest): a rerun replaces it and never matches the documents against it,
+        # else every document would be "a duplicate of an earlier run" of itself.
+        self.own_index_part = own_index_part
+        self.index_part = datetime.now(timezone.utc).strftime("run-%Y%m%dT%H%M%S%f")
 
     def _edges_dir(self, k: int) -> str:
         return FileSystems.join(self.work, f"edges-{k:03d}")
 
-    def _index_files(self) -> list[str]:
+    def index_files(self) -> list[str]:
         if not self.config.index:
             return []
         match = FileSystems.match([FileSystems.join(self.config.index, "*", "part-*.parquet")])[0]
-        return sorted(m.path for m in match.metadata_list)
+        own = f"/{self.own_index_part}/" if self.own_index_part else None
+        return sorted(m.path for m in match.metadata_list
+                      if own is None or own not in m.path.replace("\\", "/"))
 
     def _build_edges(self, pipeline: beam.Pipeline) -> None:
         config = self.config
@@ -100,7 +111,7 @@ class NearDedupDriver:
                  | "Keys" >> BandKeys(config.minhash))
         keyed | "WriteKeys" >> WriteParquet(FileSystems.join(self.work, "band_keys"), INDEX_SCHEMA,
                                             lambda kv: {"node": kv[1], "band_key": kv[0]})
-        index_files = self._index_files()
+        index_files = self.index_files()
         if index_files:
             old = (pipeline | "IndexFiles" >> beam.Create(index_files)
                    | "ReadIndex" >> beam.io.ReadAllFromParquet()
@@ -141,7 +152,7 @@ class NearDedupDriver:
 
     def _extend_index(self, pipeline: beam.Pipeline, kept: beam.PCollection) -> None:
         config = self.config
-        run = datetime.now(timezone.utc).strftime("run-%Y%m%dT%H%M%S")
+        run = self.index_part
         keys = (pipeline | "ReadKeys" >> beam.io.ReadFromParquet(
             FileSystems.join(self.work, "band_keys", "*.parquet"), validate=False)
             | "KeyByNode" >> beam.Map(lambda r: (r["node"], r["band_key"])))
@@ -154,6 +165,15 @@ class NearDedupDriver:
     def run(self, options: PipelineOptions) -> dict[str, int]:
         if FileSystems.exists(self.work):
             FileSystems.delete([self.work])
+        if self.config.index and self.own_index_part:
+            stale = [p for p in _match_all(FileSystems.join(self.config.index, self.own_index_part, "*"))]
+            if stale:
+                _LOGGER.info("dedup index: replacing this output's earlier part %s", self.own_index_part)
+                FileSystems.delete(stale)
+            try:  # the emptied folder, where the filesystem has folders
+                FileSystems.delete([FileSystems.join(self.config.index, self.own_index_part)])
+            except Exception:  # object stores have no folder left to delete
+                pass
         result = _run(options, self._build_edges)
         previous = (_counter(result, "dedup_edges", "edges"), _counter(result, "dedup_edges", "edge_checksum"))
         k = 0

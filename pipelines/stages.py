@@ -251,12 +251,14 @@ def plan_dedup_minhash(config: JobConfig) -> StagePlan:
     from pipelines.dedup_stage import NearDedupDriver
 
     files, upstream = upstream_docs(config, "dedup_exact")
-    driver = NearDedupDriver(dedup, config.output, files, ReadDocs)
-    index = [m.path for m in FileSystems.match([FileSystems.join(dedup.index, "*", "*.parquet")])[0].metadata_list] \
-        if dedup.index else []
+    previous = read_manifest(config.output, "dedup_minhash")
+    own = str(previous.extra.get("index_part", "")) if previous is not None and dedup.index else ""
+    driver = NearDedupDriver(dedup, config.output, files, ReadDocs, own_index_part=own)
+    index = driver.index_files()  # earlier runs' parts, not the one this output wrote
     return StagePlan(name="dedup_minhash", config_hash=config.section_hash("dedup"), inputs=tuple(files),
                      fingerprint=_fingerprint([upstream, sorted(index)]), build=lambda p: None,
-                     runner=driver.run)
+                     runner=driver.run,
+                     info=lambda: {"index_part": driver.index_part} if dedup.index else {})
 
 
 def plan_label(config: JobConfig) -> StagePlan:

@@ -201,13 +201,24 @@ def test_incremental_dedup_against_earlier_runs(tmp_path):
     assert len(list(index.glob("run-*/*.parquet"))) == 1
     edited = texts[1].replace("whale", "WHALE", 2)
     second = [("b0", edited), ("b1", texts[4]), ("b2", texts[5])]
-    assert main(["--config", jsonl_job(tmp_path, second, extra, "run2"), "--log-level", "WARNING"],
-                out=io.StringIO()) == 0
+    run2 = jsonl_job(tmp_path, second, extra, "run2")
+    assert main(["--config", run2, "--log-level", "WARNING"], out=io.StringIO()) == 0
     rows = [r for p in (tmp_path / "run2").glob("rejected/dedup_minhash/*.parquet")
             for r in pq.read_table(p).to_pylist()]
     assert [(r["id"], r["dup_cluster"]) for r in rows] == [("b0", "a1")]
     assert "earlier run" in rows[0]["reason_detail"]
     assert len(list(index.glob("run-*/*.parquet"))) == 2
+
+    # rerunning a job never matches its documents against its own earlier index part
+    out = io.StringIO()
+    assert main(["--config", run2, "--log-level", "WARNING"], out=out) == 0
+    assert "resumed" in out.getvalue().split("dedup_minhash")[1].splitlines()[0]
+    for config in (run2, str(tmp_path / "run1.yaml")):
+        assert main(["--config", config, "--force", "--log-level", "WARNING"], out=io.StringIO()) == 0
+    kept1 = {r["id"] for p in (tmp_path / "run1").glob("docs/dedup_minhash/*.parquet") for r in pq.read_table(p).to_pylist()}
+    rows = [r for p in (tmp_path / "run2").glob("rejected/dedup_minhash/*.parquet") for r in pq.read_table(p).to_pylist()]
+    assert kept1 == {"a0", "a1", "a2", "a3"} and [r["id"] for r in rows] == ["b0"]
+    assert len({p.parent for p in index.glob("run-*/*.parquet")}) == 2  # one part per job output
 
 
 def test_band_keys_and_salted_bucket_edges(beam_options):
