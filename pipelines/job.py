@@ -151,13 +151,29 @@ def run_stage(config: JobConfig, plan: StagePlan, options: PipelineOptions, forc
     return StageReport(plan.name, counts, False, seconds, tuple(outputs), tuple(other.items()))
 
 
+class StageFailed(RuntimeError):
+    """A stage raised: carries the reports of the stages that finished before it."""
+
+    def __init__(self, stage: str, error: BaseException, reports: list[StageReport]) -> None:
+        super().__init__(f"stage {stage} failed: {type(error).__name__}: {error}")
+        self.stage = stage
+        self.error = error
+        self.reports = reports
+
+
 def run_job(config: JobConfig, cli_args: Sequence[str] = (), force: bool = False,
             show_progress: bool = False) -> list[StageReport]:
-    """Runs the config's stages in order; returns one report per stage."""
+    """Runs the config's stages in order; returns one report per stage. A stage that
+    raises ends the job with ``StageFailed`` (the stages before it keep their outputs
+    and manifests, so a rerun resumes after them)."""
     options = pipeline_options(config, cli_args)
     configure_filesystems(config, cli_args)  # the driver's own reads and writes of the output
-    reports = []
+    reports: list[StageReport] = []
     for stage in config.active_stages():
-        plan = PLANNERS[stage](config)
-        reports.append(run_stage(config, plan, options, force, show_progress))
+        try:
+            plan = PLANNERS[stage](config)
+            reports.append(run_stage(config, plan, options, force, show_progress))
+        except Exception as exc:
+            _LOGGER.error("stage %s failed", stage, exc_info=True)
+            raise StageFailed(stage, exc, reports) from exc
     return reports

@@ -2,7 +2,8 @@
 [--output URL] [--force] [any Beam pipeline option]``.
 
 Exit status: 0 when every stage ran (or was resumed) and its counts reconcile,
-1 when a stage does not reconcile, 2 on a configuration error (nothing ran).
+1 when a stage does not reconcile or fails (the stages before it keep their outputs and
+resume on the next run), 2 on a configuration error (nothing ran).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import sys
 from typing import Optional, Sequence, TextIO
 
 from pipelines.config import ConfigError, JobConfig, load_config
-from pipelines.job import StageReport, run_job
+from pipelines.job import StageFailed, StageReport, run_job
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -102,7 +103,14 @@ def main(argv: Optional[Sequence[str]] = None, out: TextIO = sys.stdout) -> int:
     except ConfigError as exc:
         sys.stderr.write(f"config error: {exc}\n")
         return 2
-    reports = run_job(config, beam_args, force=args.force, show_progress=not args.no_progress)
+    try:
+        reports = run_job(config, beam_args, force=args.force, show_progress=not args.no_progress)
+    except StageFailed as failed:  # the traceback is in the log above
+        if failed.reports:
+            out.write("\n" + format_table(failed.reports) + "\n")
+        sys.stderr.write(f"\n{failed}\nthe stages before it keep their outputs; after a fix, "
+                         "the same command resumes from there\n")
+        return 1
     out.write("\n" + format_table(reports) + "\n\n" + format_locations(config.output, reports) + "\n")
     if not args.no_report:
         out.write(write_run_report(config) + "\n")

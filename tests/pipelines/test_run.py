@@ -197,3 +197,23 @@ beam_args: ["--runner=FnApiRunner"]
     assert {"language", "anomaly"} & {r["reason"] for r in rejected}
     code, table = run(["--config", str(config)])
     assert "resumed" in table.split("clean", 1)[1].splitlines()[0]
+
+
+def test_a_failing_stage_ends_the_job_cleanly_and_resumes(tmp_path, capsys):
+    """Every document too short → the tokenizer has nothing to train on: exit 1, the
+    finished stages' table, a one-line reason naming the stage; a fixed rerun resumes."""
+    data = tmp_path / "docs.jsonl"
+    data.write_text("".join(json.dumps({"id": f"d{i}", "text": f"short text number {i}. " * 3}) + "\n"
+                            for i in range(20)))
+    config = tmp_path / "job.yaml"
+    body = (f"output: {tmp_path / 'out'}\ninputs:\n  - format: jsonl\n    path: {data}\n"
+            "tokenize:\n  vocab_size: 400\nbeam_args: ['--runner=FnApiRunner']\n")
+    config.write_text(body + "extract:\n  min_chars: 100000\n")
+    code, table = run(["--config", str(config), "--no-progress"])
+    assert code == 1
+    assert "extract" in table and "ran in" in table and "tokenizer " not in table
+    err = capsys.readouterr().err
+    assert "stage tokenizer failed: ValueError: no documents to train the tokenizer on" in err
+    config.write_text(body + "extract:\n  min_chars: 10\n")
+    code, table = run(["--config", str(config), "--no-progress"])
+    assert code == 0 and "tokenize " in table
