@@ -135,3 +135,12 @@ def test_beam_queue_equals_the_pure_pick(label_data, beam_options, sampling):
     with TestPipeline(options=beam_options) as p:
         _, queue = p | beam.Create(docs) | LabelDocs(cfg, (), "label")
         assert_that(queue | beam.Map(lambda ds: [d.id for d in ds]), equal_to([expected]))
+
+
+def test_round_robin_depth_bounds_what_each_class_sends():
+    from transforms.label.label import round_robin_depth
+
+    assert round_robin_depth([100, 100, 100], 10) == 4  # 3 + 3 + 3 + 1
+    assert round_robin_depth([100, 1, 1], 10) == 8  # 3, then 1 per round
+    assert round_robin_depth([2, 2], 10) == 2  # everything there is
+    assert round_robin_depth([], 10) == 0

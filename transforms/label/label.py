@@ -190,6 +190,25 @@ def pick_for_review(docs: Sequence[Doc], config: LabelConfig) -> list[Doc]:
     return picked
 
 
+QUEUE_TEXT_LIMIT = 20_001  # characters kept for the review queue (the task shows 20,000)
+
+
+def light_copy(doc: Doc) -> Doc:
+    """The document as a review task needs it: text cut to ``QUEUE_TEXT_LIMIT`` (one more
+    than a task shows, so the task can say it was cut), no signals."""
+    return dataclasses.replace(doc, text=doc.text[:QUEUE_TEXT_LIMIT], signals=None)
+
+
+def round_robin_depth(sizes: Sequence[int], budget: int) -> int:
+    """The depth a round robin over groups of these sizes reaches to pick ``budget``:
+    no group needs more of its documents than that."""
+    depth, taken = 0, 0
+    while taken < budget and any(size > depth for size in sizes):
+        taken += sum(1 for size in sizes if size > depth)
+        depth += 1
+    return depth
+
+
 def label_batch(docs: Sequence[Doc], config: LabelConfig, labellers: Mapping[str, Any],
                 reviews: Mapping[str, Sequence[Review]]) -> list[Doc]:
     """``docs`` with model labels (one batched prediction per set) and human overrides.
@@ -281,17 +300,24 @@ class LabelDocs(beam.PTransform):
                 FAILED, main="kept")
         )
         kept = results["kept"]
-        uncertain = kept | "Uncertain" >> beam.Filter(lambda d: uncertainty(d, config) is not None)
+        # only what a review task shows travels to the queue: text cut, no signals
+        uncertain = (kept | "Uncertain" >> beam.Filter(lambda d: uncertainty(d, config) is not None)
+                     | "Light" >> beam.Map(light_copy))
         if config.review_budget:
             # each strategy picks among these few candidates: the `budget` least confident
-            # overall and per predicted value, and the `budget` first in random order
+            # overall, the least confident per predicted value down to the round-robin
+            # depth that fills the budget, and the `budget` first in random order
             n = config.review_budget
             least = uncertain | "LeastConfident" >> beam.combiners.Top.Of(
                 n, key=lambda d: (uncertainty(d, config) or 0.0, d.id))
             per_class = (uncertain | "ByClass" >> beam.Map(lambda d: (predicted_class(d, config), d))
                          | "LeastPerClass" >> beam.combiners.Top.PerKey(
                              n, key=lambda d: (uncertainty(d, config) or 0.0, d.id))
-                         | "Values" >> beam.Values())
+                         | "Lists" >> beam.Values())
+            sizes = per_class | "Sizes" >> beam.Map(len)
+            per_class = per_class | "ToDepth" >> beam.Map(
+                lambda docs, all_sizes: docs[:round_robin_depth(all_sizes, n)],
+                all_sizes=beam.pvalue.AsList(sizes))
             rand = uncertain | "RandomOrder" >> beam.combiners.Top.Of(
                 n, key=lambda d: (_random_priority(d, config.seed), d.id))
             candidates = ((least, per_class, rand) | "Candidates" >> beam.Flatten()
