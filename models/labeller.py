@@ -223,6 +223,12 @@ def _proba(model: object, values: Sequence[str], texts: Sequence[str], max_chars
     return out / out.sum(axis=1, keepdims=True)
 
 
+def resolve_version(model_dir: str, version: str = "") -> str:
+    """The version a label set uses (``version`` or the directory's ``CURRENT``), without
+    loading the model: what the label stage's resume fingerprint needs."""
+    return version or _read_current(model_dir)
+
+
 def _read_current(model_dir: str) -> str:
     try:
         with open(local_copy(f"{model_dir.rstrip('/')}/{CURRENT}"), encoding="utf-8") as fh:

@@ -264,7 +264,7 @@ def plan_dedup_minhash(config: JobConfig) -> StagePlan:
 def plan_label(config: JobConfig) -> StagePlan:
     from datetime import datetime, timezone
 
-    from models.labeller import Labeller
+    from models.labeller import resolve_version
     from pipelines.review import load_reviews, review_dir, review_files, write_queue
     from transforms.label.label import LabelDocs
 
@@ -272,7 +272,7 @@ def plan_label(config: JobConfig) -> StagePlan:
     if label is None:
         raise ValueError("label stage planned without a label section")
     files, upstream = upstream_docs(config, _docs_before(config, "label"))
-    versions = [Labeller.load(s.model, s.version, s.name, s.values).version for s in label.sets]
+    versions = [resolve_version(s.model, s.version) for s in label.sets]
     reviews = load_reviews(config.output)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
     queue_dir = FileSystems.join(review_dir(config.output), f"queue-{stamp}")
