@@ -265,7 +265,7 @@ def plan_label(config: JobConfig) -> StagePlan:
     from datetime import datetime, timezone
 
     from models.labeller import resolve_version
-    from pipelines.review import load_reviews, review_dir, review_files, write_queue
+    from pipelines.review import review_dir, review_files, write_queue
     from transforms.label.label import LabelDocs
 
     label = config.label
@@ -273,7 +273,7 @@ def plan_label(config: JobConfig) -> StagePlan:
         raise ValueError("label stage planned without a label section")
     files, upstream = upstream_docs(config, _docs_before(config, "label"))
     versions = [resolve_version(s.model, s.version) for s in label.sets]
-    reviews = load_reviews(config.output)
+    reviews = review_files(config.output)  # accepted human labels, read inside the pipeline
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
     queue_dir = FileSystems.join(review_dir(config.output), f"queue-{stamp}")
     stage = "label"
@@ -285,15 +285,16 @@ def plan_label(config: JobConfig) -> StagePlan:
         return len(docs)
 
     def build(pipeline: beam.Pipeline) -> None:
-        outputs, queue = pipeline | "ReadDocs" >> ReadDocs(files) | "Label" >> LabelDocs(label, reviews, stage)
+        outputs, queue = (pipeline | "ReadDocs" >> ReadDocs(files)
+                          | "Label" >> LabelDocs(label, (), stage, review_files=reviews))
         outputs | "WriteOutputs" >> WriteStageOutputs(config.output, stage)
         queue | "WriteQueue" >> beam.Map(write)
 
     return StagePlan(
         name=stage, config_hash=config.section_hash("label"), inputs=tuple(files),
-        fingerprint=_fingerprint([upstream, versions, review_files(config.output)]), build=build,
+        fingerprint=_fingerprint([upstream, versions, reviews]), build=build,
         info=lambda: {"model_versions": dict(zip([s.name for s in label.sets], versions)),
-                      "reviews_applied_from": len(reviews), "review_queue": queue_dir})
+                      "review_files": len(reviews), "review_queue": queue_dir})
 
 
 def plan_tokenizer(config: JobConfig) -> StagePlan:

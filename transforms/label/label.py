@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Optional, Sequence
 
@@ -270,27 +271,40 @@ class _LabelBatchFn(beam.DoFn):
             yield doc
 
 
-def _group_reviews(reviews: Sequence[Review]) -> dict[str, tuple[Review, ...]]:
-    grouped: dict[str, list[Review]] = {}
-    for review in reviews:
-        grouped.setdefault(review.doc_id, []).append(review)
-    return {k: tuple(v) for k, v in grouped.items()}
+def review_from_json(line: str) -> Review:
+    return Review(**json.loads(line))
 
 
 class LabelDocs(beam.PTransform):
     """``Doc`` → ``StageOutputs`` (nothing rejected) plus ``queue``: the documents picked
-    for review this run (a PCollection of one list, most important first)."""
+    for review this run (a PCollection of one list, most important first).
 
-    def __init__(self, config: LabelConfig, reviews: Sequence[Review] = (), stage: str = "label") -> None:
+    Accepted reviews come as ``reviews`` (in memory, for tests and small sets) and/or as
+    ``review_files`` (JSONL of ``Review``, read inside the pipeline: a large review set
+    never goes into the pipeline graph)."""
+
+    def __init__(self, config: LabelConfig, reviews: Sequence[Review] = (), stage: str = "label",
+                 review_files: Sequence[str] = ()) -> None:
         super().__init__()
         self._config = config
         self._reviews = tuple(reviews)
+        self._review_files = list(review_files)
         self._stage = stage
+
+    def _review_map(self, pipeline: beam.Pipeline) -> Any:
+        parts = [pipeline | "Reviews" >> beam.Create(list(self._reviews))]
+        if self._review_files:
+            parts.append(pipeline | "ReviewFiles" >> beam.Create(self._review_files)
+                         | "ReadReviews" >> beam.io.ReadAllFromText()
+                         | "ParseReviews" >> beam.Map(review_from_json))
+        return beam.pvalue.AsDict(
+            tuple(parts) | "AllReviews" >> beam.Flatten()
+            | "ByDoc" >> beam.Map(lambda r: (r.doc_id, r)) | "GroupReviews" >> beam.GroupByKey()
+            | "AsTuples" >> beam.MapTuple(lambda doc_id, rs: (doc_id, tuple(rs))))
 
     def expand(self, docs: beam.PCollection) -> tuple[StageOutputs, beam.PCollection]:
         stage, config = self._stage, self._config
-        reviews = beam.pvalue.AsDict(
-            docs.pipeline | "Reviews" >> beam.Create(sorted(_group_reviews(self._reviews).items())))
+        reviews = self._review_map(docs.pipeline)
         results = (
             docs
             | "CountIn" >> beam.ParDo(CountFn(stage, "in"))
