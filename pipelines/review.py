@@ -11,7 +11,8 @@ Layout under the job output:
 Commands:
 
     python -m pipelines.review import --config CFG FILE [FILE ...]
-        Label Studio export JSON (``[{"id", "data", "annotations": [...]}]``) or our JSONL
+        Label Studio export JSON (``[{"id", "data", "annotations": [...]}]``), its JSON-MIN
+        export (``[{"task_id", "<set>": "value", "annotator"}]``) or our JSONL
         (``{"task_id", "labels": {set: value}, "reviewer", "reviewed_at"}``), merged with
         the reviews already accepted. Unknown task ids, label sets or values outside the
         taxonomy, cancelled or empty annotations, duplicates and conflicting reviews are
@@ -193,6 +194,9 @@ def parse_label_studio(tasks: Any, source: str) -> tuple[list[dict[str, Any]], l
     if not isinstance(tasks, list):
         return [], [{"reason": "not_a_task_list", "source": source, "raw": str(tasks)[:2000]}]
     for i, task in enumerate(tasks):
+        if isinstance(task, dict) and "data" not in task and "annotations" not in task and "task_id" in task:
+            _parse_json_min(task, f"{source}[{i}]", candidates, problems)
+            continue
         data = task.get("data") if isinstance(task, dict) else None
         if not isinstance(data, dict):
             problems.append({"reason": "malformed_task", "source": f"{source}[{i}]", "raw": task})
@@ -227,6 +231,35 @@ def parse_label_studio(tasks: Any, source: str) -> tuple[list[dict[str, Any]], l
                                    "value": str(choices[0]), "reviewer": reviewer,
                                    "reviewed_at": when, "source": where})
     return candidates, problems
+
+
+# JSON-MIN rows carry our task data fields and Label Studio's own bookkeeping beside the
+# answers; every other key is a control (label set) name.
+_JSON_MIN_FIELDS = {"id", "task_id", "doc_id", "text", "url", "title", "annotator", "annotation_id",
+                    "created_at", "updated_at", "lead_time"}
+
+
+def _parse_json_min(row: dict[str, Any], where: str, candidates: list[dict[str, Any]],
+                    problems: list[dict[str, Any]]) -> None:
+    """One row of Label Studio's JSON-MIN export: ``{"task_id": ..., "<set>": "value"
+    (or {"choices": [...]}), "annotator": ..., "updated_at": ...}``."""
+    answers = {k: v for k, v in row.items() if k not in _JSON_MIN_FIELDS}
+    task_id = str(row.get("task_id") or "")
+    reviewer = str(row.get("annotator") or "")
+    when = str(row.get("updated_at") or row.get("created_at") or "")
+    if not answers:
+        problems.append({"reason": "empty_annotation", "source": where, "task_id": task_id, "reviewer": reviewer})
+    for name, value in answers.items():
+        if isinstance(value, dict):
+            value = value.get("choices")
+        if isinstance(value, list) and len(value) == 1:
+            value = value[0]
+        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+            problems.append({"reason": "not_a_single_choice", "source": where, "task_id": task_id,
+                             "reviewer": reviewer, "raw": {name: value}})
+            continue
+        candidates.append({"task_id": task_id, "set": str(name), "value": str(value), "reviewer": reviewer,
+                           "reviewed_at": when, "source": where})
 
 
 def parse_jsonl(lines: Iterable[str], source: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

@@ -66,6 +66,16 @@ def test_parse_label_studio_export_shapes():
     assert sorted(p["reason"] for p in problems) == ["cancelled", "malformed_task", "not_a_single_choice",
                                                      "not_annotated"]
     assert parse_label_studio({"not": "a list"}, "e.json")[1][0]["reason"] == "not_a_task_list"
+    # JSON-MIN export: one flat row per annotation
+    json_min = [{"id": 7, "task_id": "t2", "text": "…", "language": "fr", "annotator": 4, "annotation_id": 9,
+                 "created_at": "2026-01-02T00:00:00Z", "updated_at": "2026-01-02T00:00:01Z", "lead_time": 3.2},
+                {"id": 8, "task_id": "t3", "language": {"choices": ["es"]}, "annotator": 4},
+                {"id": 9, "task_id": "t1", "language": {"choices": ["de", "en"]}, "annotator": 4},
+                {"id": 10, "task_id": "t1", "annotator": 4}]
+    candidates, problems = parse_label_studio(json_min, "min.json")
+    assert [(c["task_id"], c["set"], c["value"], c["reviewer"], c["reviewed_at"]) for c in candidates] == [
+        ("t2", "language", "fr", "4", "2026-01-02T00:00:01Z"), ("t3", "language", "es", "4", "")]
+    assert sorted(p["reason"] for p in problems) == ["empty_annotation", "not_a_single_choice"]
     c, p = parse_jsonl(['{"task_id": "t1", "labels": {"language": "fr"}, "reviewer": "z"}', "{bad", "[]"], "a.jsonl")
     assert [x["value"] for x in c] == ["fr"] and [x["reason"] for x in p] == ["not_json", "malformed_answer"]
 
