@@ -22,24 +22,24 @@ from models.files import ModelError, local_copy, sha256_file
 
 _LOGGER = logging.getLogger(__name__)
 
-_LABEL = "__label__"
+LABEL_PREFIX = "__label__"
 
 
-def _fasttext():
+def load_fasttext():
     import fasttext
 
     fasttext.FastText.eprint = lambda *args, **kwargs: None  # silence load warnings
     return fasttext
 
 
-def _clean(text: str, max_chars: int) -> str:
+def clean_line(text: str, max_chars: int) -> str:
     return text[:max_chars].replace("\n", " ").replace("\r", " ")
 
 
 def _load(path_or_url: str):
     path = local_copy(path_or_url)
     try:
-        return _fasttext().load_model(path), path
+        return load_fasttext().load_model(path), path
     except Exception as exc:  # fastText raises ValueError / RuntimeError on bad files
         raise ModelError(f"not a fastText model: {path_or_url}: {exc}") from exc
 
@@ -56,15 +56,15 @@ class LanguageIdentifier:
     @classmethod
     def load(cls, path_or_url: str, max_chars: int = 4000) -> "LanguageIdentifier":
         model, path = _load(path_or_url)
-        if not any(label.startswith(_LABEL) for label in model.get_labels()[:5]):
+        if not any(label.startswith(LABEL_PREFIX) for label in model.get_labels()[:5]):
             raise ModelError(f"{path_or_url}: no __label__ labels, not a language-ID model")
         return cls(model=model, path=path, sha256=sha256_file(path), max_chars=max_chars)
 
     def predict(self, texts: Sequence[str]) -> list[tuple[str, float]]:
         if not texts:
             return []
-        labels, probs = self.model.predict([_clean(t, self.max_chars) for t in texts], k=1)
-        return [((lab[0][len(_LABEL):] if lab else ""), float(min(p[0], 1.0)) if len(p) else 0.0)
+        labels, probs = self.model.predict([clean_line(t, self.max_chars) for t in texts], k=1)
+        return [((lab[0][len(LABEL_PREFIX):] if lab else ""), float(min(p[0], 1.0)) if len(p) else 0.0)
                 for lab, p in zip(labels, probs)]
 
 
@@ -81,7 +81,7 @@ class TextClassifier:
     @classmethod
     def load(cls, path_or_url: str, positive: str = "hq", max_chars: int = 8000) -> "TextClassifier":
         model, path = _load(path_or_url)
-        labels = [label[len(_LABEL):] for label in model.get_labels()]
+        labels = [label[len(LABEL_PREFIX):] for label in model.get_labels()]
         if positive not in labels:
             raise ModelError(f"{path_or_url}: label {positive!r} not in model labels {labels}")
         return cls(model=model, path=path, sha256=sha256_file(path), positive=positive,
@@ -90,14 +90,27 @@ class TextClassifier:
     def predict(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             return np.zeros(0)
-        labels, probs = self.model.predict([_clean(t, self.max_chars) for t in texts], k=2)
+        labels, probs = self.model.predict([clean_line(t, self.max_chars) for t in texts], k=2)
         out = np.zeros(len(texts))
-        target = _LABEL + self.positive
+        target = LABEL_PREFIX + self.positive
         for i, (labs, ps) in enumerate(zip(labels, probs)):
             for lab, p in zip(labs, ps):
                 if lab == target:
                     out[i] = min(float(p), 1.0)
         return out
+
+
+def fit_supervised(rows: list[str], seed: int, **params: object) -> object:
+    """A fastText supervised model from ``__label__X text`` rows (shuffled with ``seed``,
+    written to a temporary file, one thread so the result is reproducible)."""
+    rows = list(rows)
+    random.Random(seed).shuffle(rows)
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False, encoding="utf-8") as fh:
+        fh.write("\n".join(rows) + "\n")
+    try:
+        return load_fasttext().train_supervised(input=fh.name, seed=seed, thread=1, verbose=0, **params)
+    finally:
+        os.unlink(fh.name)
 
 
 def train_classifier(positive: Iterable[str], negative: Iterable[str], out_path: str,
@@ -106,21 +119,14 @@ def train_classifier(positive: Iterable[str], negative: Iterable[str], out_path:
                      min_count: int = 2, max_chars: int = 8000) -> dict[str, object]:
     """Trains a fastText classifier (the DCLM recipe: reference text vs random crawl text),
     saves it to ``out_path`` and returns its metadata (counts, hash, hyper-parameters)."""
-    rows = [f"{_LABEL}{positive_label} {_clean(t, max_chars)}" for t in positive if t.strip()]
+    rows = [f"{LABEL_PREFIX}{positive_label} {clean_line(t, max_chars)}" for t in positive if t.strip()]
     n_pos = len(rows)
-    rows += [f"{_LABEL}{negative_label} {_clean(t, max_chars)}" for t in negative if t.strip()]
+    rows += [f"{LABEL_PREFIX}{negative_label} {clean_line(t, max_chars)}" for t in negative if t.strip()]
     n_neg = len(rows) - n_pos
     if n_pos == 0 or n_neg == 0:
         raise ValueError(f"need positive and negative examples, got {n_pos} and {n_neg}")
-    random.Random(seed).shuffle(rows)
-    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False, encoding="utf-8") as fh:
-        fh.write("\n".join(rows) + "\n")
-    try:
-        model = _fasttext().train_supervised(
-            input=fh.name, epoch=epoch, lr=lr, wordNgrams=word_ngrams, dim=dim, minCount=min_count,
-            seed=seed, thread=1, verbose=0)
-    finally:
-        os.unlink(fh.name)
+    model = fit_supervised(rows, seed, epoch=epoch, lr=lr, wordNgrams=word_ngrams, dim=dim,
+                           minCount=min_count)
     os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
     tmp_out = out_path + ".tmp"
     model.save_model(tmp_out)

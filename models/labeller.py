@@ -34,32 +34,18 @@ import hashlib
 import json
 import logging
 import os
-import random
 import sys
-import tempfile
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Iterable, Optional, Sequence
 
 import numpy as np
 
+from models.fasttext_models import LABEL_PREFIX as _LABEL, clean_line as clean_text, fit_supervised, load_fasttext
 from models.files import ModelError, local_copy, sha256_file
 
 _LOGGER = logging.getLogger(__name__)
-_LABEL = "__label__"
 CURRENT = "CURRENT"
-
-
-def _fasttext():
-    import fasttext
-
-    fasttext.FastText.eprint = lambda *args, **kwargs: None
-    return fasttext
-
-
-def clean_text(text: str, max_chars: int) -> str:
-    """One line for fastText: cut to ``max_chars``, newlines to spaces."""
-    return text[:max_chars].replace("\n", " ").replace("\r", " ")
 
 
 @dataclass(frozen=True)
@@ -176,7 +162,7 @@ class Labeller:
             raise ModelError(f"{base}/meta.json: unreadable labeller metadata: {exc}") from exc
         path = local_copy(f"{base}/model.bin")
         try:
-            model = _fasttext().load_model(path)
+            model = load_fasttext().load_model(path)
         except Exception as exc:
             raise ModelError(f"not a fastText model: {base}/model.bin: {exc}") from exc
         model_values = tuple(meta.get("values", ()))
@@ -248,16 +234,9 @@ def _is_holdout(text: str, label: str, fraction: float, seed: int) -> bool:
 
 def _fit(texts: Sequence[str], labels: Sequence[str], params: TrainParams) -> object:
     rows = [f"{_LABEL}{lab} {clean_text(t, params.max_chars)}" for t, lab in zip(texts, labels)]
-    random.Random(params.seed).shuffle(rows)
-    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False, encoding="utf-8") as fh:
-        fh.write("\n".join(rows) + "\n")
-    try:
-        return _fasttext().train_supervised(
-            input=fh.name, epoch=params.epoch, lr=params.lr, wordNgrams=params.word_ngrams,
-            dim=params.dim, minn=params.minn, maxn=params.maxn, minCount=params.min_count,
-            bucket=params.bucket, seed=params.seed, thread=1, verbose=0)
-    finally:
-        os.unlink(fh.name)
+    return fit_supervised(rows, params.seed, epoch=params.epoch, lr=params.lr,
+                          wordNgrams=params.word_ngrams, dim=params.dim, minn=params.minn,
+                          maxn=params.maxn, minCount=params.min_count, bucket=params.bucket)
 
 
 MIN_CALIBRATION_EXAMPLES = 30
