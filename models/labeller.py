@@ -361,13 +361,6 @@ def _texts_for(rows: Iterable[dict[str, str]], docs: dict[str, str]) -> tuple[li
     return texts, labels, missing
 
 
-def _last_doc_stage(config: object) -> str:
-    from storage.manifest import read_manifest
-
-    return next((s for s in ("label", "dedup_minhash", "dedup_exact", "clean", "extract")
-                 if read_manifest(config.output, s) is not None), "extract")  # type: ignore[attr-defined]
-
-
 def _command(args: argparse.Namespace) -> int:
     from pipelines.config import load_config_or_report
     from pipelines.review import accepted_reviews, doc_texts
@@ -424,9 +417,10 @@ def _command(args: argparse.Namespace) -> int:
         if threshold is not None:
             # the review effort saved on the corpus: documents the new model labels with
             # at least the confidence that met the target precision on held-out human labels
-            from pipelines.corpus import sample_docs
+            from pipelines.corpus import finished_doc_stages, sample_docs
 
-            sample = [d.text for d in sample_docs(config, _last_doc_stage(config), 5000, 0)]
+            stages = finished_doc_stages(config)
+            sample = [d.text for d in sample_docs(config, stages[0], 5000, 0)] if stages else []
             if sample:
                 confidence = new.predict_proba(sample).max(axis=1)
                 report["corpus_auto_accept_fraction"] = round(float((confidence >= threshold).mean()), 4)

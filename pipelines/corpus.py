@@ -24,6 +24,14 @@ def stage_doc_files(config: JobConfig, stage: str) -> list[str]:
     return [path for path in manifest.outputs if marker in path.replace("\\", "/")]
 
 
+DOC_STAGES = ("extract", "clean", "dedup_exact", "dedup_minhash", "label")  # pipeline order
+
+
+def finished_doc_stages(config: JobConfig) -> list[str]:
+    """The document-writing stages that have a manifest under the output, latest first."""
+    return [s for s in reversed(DOC_STAGES) if read_manifest(config.output, s) is not None]
+
+
 def iter_docs(paths: list[str]) -> Iterator[Doc]:
     for path in paths:
         with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as fh:

@@ -46,11 +46,11 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from transforms.doc import Doc
-from transforms.label.label import LabelConfig, Review, uncertainty
+from transforms.label.label import QUEUE_TEXT_LIMIT, LabelConfig, Review, uncertainty
 
 _LOGGER = logging.getLogger(__name__)
 
-TEXT_LIMIT = 20_000  # characters of a document shown to reviewers
+TEXT_LIMIT = QUEUE_TEXT_LIMIT - 1  # characters of a document shown to reviewers
 
 
 def utc_now() -> str:
@@ -167,12 +167,10 @@ def accepted_reviews(config: Any) -> list[dict[str, str]]:
 def doc_texts(config: Any, ids: Iterable[str]) -> dict[str, str]:
     """Texts of the documents ``ids`` from the label stage's output (else the last
     document stage before it)."""
-    from pipelines.corpus import iter_docs, stage_doc_files
-    from storage.manifest import read_manifest
+    from pipelines.corpus import finished_doc_stages, iter_docs, stage_doc_files
 
     wanted = set(ids)
-    stages = [s for s in ("label", "dedup_minhash", "dedup_exact", "clean", "extract")
-              if read_manifest(config.output, s) is not None]
+    stages = finished_doc_stages(config)
     if not stages:
         raise FileNotFoundError(f"no document stage has run under {config.output}")
     found: dict[str, str] = {}

@@ -221,7 +221,9 @@ def plan_clean(config: JobConfig) -> StagePlan:
 def _docs_before(config: JobConfig, stage: str) -> str:
     """The nearest earlier document-writing stage of this job: configured, and either
     part of this run or finished before (its manifest exists)."""
-    earlier = [s for s in ("extract", "clean", "dedup_exact", "dedup_minhash", "label")
+    from pipelines.corpus import DOC_STAGES
+
+    earlier = [s for s in DOC_STAGES
                if STAGES.index(s) < STAGES.index(stage)
                and (s == "extract" or getattr(config, s.split("_")[0], None) is not None)]
     stages = config.active_stages()
