@@ -19,6 +19,7 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 from apache_beam.runners.runner import PipelineResult
 
 from pipelines.config import JobConfig, configure_filesystems
+from pipelines.engines import shared_job_server
 from pipelines.progress import ProgressLine
 from pipelines.stages import PLANNERS, StagePlan
 from storage.manifest import (
@@ -169,11 +170,12 @@ def run_job(config: JobConfig, cli_args: Sequence[str] = (), force: bool = False
     options = pipeline_options(config, cli_args)
     configure_filesystems(config, cli_args)  # the driver's own reads and writes of the output
     reports: list[StageReport] = []
-    for stage in config.active_stages():
-        try:
-            plan = PLANNERS[stage](config)
-            reports.append(run_stage(config, plan, options, force, show_progress))
-        except Exception as exc:
-            _LOGGER.error("stage %s failed", stage, exc_info=True)
-            raise StageFailed(stage, exc, reports) from exc
+    with shared_job_server(options):  # Flink/Spark: one job server JVM for every pipeline
+        for stage in config.active_stages():
+            try:
+                plan = PLANNERS[stage](config)
+                reports.append(run_stage(config, plan, options, force, show_progress))
+            except Exception as exc:
+                _LOGGER.error("stage %s failed", stage, exc_info=True)
+                raise StageFailed(stage, exc, reports) from exc
     return reports

@@ -15,6 +15,7 @@ import sys
 from typing import Optional, Sequence, TextIO
 
 from pipelines.config import ConfigError, JobConfig, load_config
+from pipelines.engines import ENGINES, EngineMissing, engine_args
 from pipelines.job import StageFailed, StageReport, run_job
 
 _LOGGER = logging.getLogger(__name__)
@@ -29,6 +30,10 @@ def parse_args(argv: Optional[Sequence[str]]) -> tuple[argparse.Namespace, list[
     parser.add_argument("--stages", help="comma-separated stages to run (default: all configured)")
     parser.add_argument("--output", help="output URL, overrides the config's output")
     parser.add_argument("--force", action="store_true", help="rerun stages even when resumable")
+    parser.add_argument("--engine", choices=list(ENGINES),
+                        help="run on this engine: " + "; ".join(f"{e.name}: {e.description}"
+                                                                for e in ENGINES.values())
+                        + " (its Beam options come before yours, so yours win)")
     parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
     parser.add_argument("--no-progress", action="store_true",
                         help="no live progress line on stderr (shown for in-process runners)")
@@ -102,6 +107,11 @@ def main(argv: Optional[Sequence[str]] = None, out: TextIO = sys.stdout) -> int:
         config = load_config(args.config, output=args.output, stages=stages)
     except ConfigError as exc:
         sys.stderr.write(f"config error: {exc}\n")
+        return 2
+    try:
+        beam_args = (engine_args(args.engine) if args.engine else []) + list(beam_args)
+    except EngineMissing as exc:
+        sys.stderr.write(f"engine error: {exc}\n")
         return 2
     try:
         reports = run_job(config, beam_args, force=args.force, show_progress=not args.no_progress)

@@ -27,8 +27,8 @@ from transforms.dedup.dedup import ExactDedup
 from transforms.doc import FAILED_SCHEMA, REJECTED_SCHEMA, doc_from_row, failure_to_row, rejected_to_row
 from transforms.extract.extract import ExtractText
 from transforms.readers.files import FileRef, match_pattern, storage_options_for
-from transforms.readers.tabular import ReadTabular
-from transforms.readers.warc import ReadWarc, WarcLimits
+from transforms.readers.inputs import ReadInputs
+from transforms.readers.warc import WarcLimits
 from transforms.routing import FAILED, StageOutputs
 
 _LOGGER = logging.getLogger(__name__)
@@ -130,28 +130,17 @@ def plan_extract(config: JobConfig) -> StagePlan:
     stage = "extract"
 
     def build(pipeline: beam.Pipeline) -> None:
-        records = [pipeline | "NoInput" >> beam.Create([])] if not files else []
-        failed = [pipeline | "NoReadFailures" >> beam.Create([])]
-        for fmt in sorted({fmt for fmt, _ in files}):
-            refs = [ref for f, ref in files if f == fmt]
-            matched = (
-                pipeline
-                | f"Files[{fmt}]" >> beam.Create(refs)
-                | f"Spread[{fmt}]" >> beam.Reshuffle()
-            )
-            if fmt in ("warc", "wet", "arc"):
-                read = matched | f"Read[{fmt}]" >> ReadWarc(stage, limits)
-            else:
-                read = matched | f"Read[{fmt}]" >> ReadTabular(stage, fmt, fields_by_format[fmt])
-            records.append(read.records)
-            failed.append(read[FAILED])
-        all_records = tuple(records) | "AllRecords" >> beam.Flatten()
-        outputs = all_records | "Extract" >> ExtractText(config.extract, stage)
-        read_failures = tuple(failed) | "ReadFailures" >> beam.Flatten()
+        read = (
+            pipeline
+            | "Files" >> beam.Create([(fmt, ref) for fmt, ref in files])
+            | "Spread" >> beam.Reshuffle()
+            | "Read" >> ReadInputs(stage, limits, fields_by_format)
+        )
+        outputs = read.records | "Extract" >> ExtractText(config.extract, stage)
         merged = StageOutputs(
             kept=outputs.kept,
             rejected=outputs.rejected,
-            failed=(outputs.failed, read_failures) | "AllFailures" >> beam.Flatten(),
+            failed=(outputs.failed, read[FAILED]) | "AllFailures" >> beam.Flatten(),
         )
         merged | "WriteOutputs" >> WriteStageOutputs(config.output, stage)
 

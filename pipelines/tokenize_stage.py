@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from datetime import datetime, timezone
-from typing import Any, Callable, Optional
+from typing import Any
 
 import apache_beam as beam
 import pyarrow as pa
@@ -40,24 +39,25 @@ def tokenizer_path(output: str) -> str:
 
 
 def train_tokenizer(config: TokenizeConfig, texts: list[str], out_path: str) -> dict[str, Any]:
-    """Trains sentencepiece on ``texts`` and writes the model atomically to ``out_path``."""
-    import tempfile
+    """Trains sentencepiece on ``texts`` and writes the model atomically to ``out_path``.
+
+    The model is written to memory (``model_writer``), not to a temporary file: the
+    trainer records its output path in the model, which made the bytes of two identical
+    trainings differ."""
+    import io
 
     import sentencepiece as spm
 
-    from models.files import sha256_file
-
     if not texts:
         raise ValueError("no documents to train the tokenizer on (empty corpus)")
-    with tempfile.TemporaryDirectory() as tmp:
-        prefix = os.path.join(tmp, "tokenizer")
-        spm.SentencePieceTrainer.train(
-            sentence_iterator=iter(t.replace("\n", " ") for t in texts), model_prefix=prefix,
-            vocab_size=config.vocab_size, model_type=config.model_type,
-            character_coverage=config.character_coverage, byte_fallback=config.byte_fallback,
-            input_sentence_size=0, num_threads=2, minloglevel=2, hard_vocab_limit=False,
-            max_sentence_length=1 << 16)
-        data = open(prefix + ".model", "rb").read()
+    buffer = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(t.replace("\n", " ") for t in texts), model_writer=buffer,
+        vocab_size=config.vocab_size, model_type=config.model_type,
+        character_coverage=config.character_coverage, byte_fallback=config.byte_fallback,
+        input_sentence_size=0, num_threads=2, minloglevel=2, hard_vocab_limit=False,
+        max_sentence_length=1 << 16)
+    data = buffer.getvalue()
     tmp_out = out_path + ".tmp"
     with FileSystems.create(tmp_out, compression_type=CompressionTypes.UNCOMPRESSED) as fh:
         fh.write(data)

@@ -192,6 +192,10 @@ class CountFn(beam.DoFn):
 
     Stages whose work runs under a timeout count outside the timed DoFn, so a
     timed-out element that finishes late in its thread is never counted twice.
+
+    Never count right after a multi-input ``Flatten``: runners fuse the steps after a
+    Flatten into each input's stage, and Beam's Flink runner reports the counters of
+    only one of those copies. Count each input before flattening.
     """
 
     def __init__(self, stage: str, what: str) -> None:

@@ -135,3 +135,18 @@ def test_documents_longer_than_a_shard_are_never_split(tmp_path):
         total += shard.num_docs
         assert all(shard.doc(i)[-1] == 2 for i in range(shard.num_docs))  # whole docs, EOS last
     assert total == 60
+
+
+def test_identical_trainings_write_identical_tokenizer_bytes(tmp_path):
+    """The trainer stored its (temporary) output path in the model: two identical
+    trainings gave different bytes, so two runners could never agree on the sha256."""
+    from pipelines.tokenize_stage import train_tokenizer
+    from transforms.tokenize.tokenize import TokenizeConfig
+
+    texts = [line for line in shared("text", "botchan.txt").read_text(encoding="utf-8").splitlines() if line]
+    config = TokenizeConfig(vocab_size=500)
+    a = train_tokenizer(config, texts, str(tmp_path / "a" / "tokenizer.model"))
+    b = train_tokenizer(config, texts, str(tmp_path / "b" / "tokenizer.model"))
+    assert a["sha256"] == b["sha256"]
+    assert (tmp_path / "a" / "tokenizer.model").read_bytes() == (tmp_path / "b" / "tokenizer.model").read_bytes()
+    assert spm.SentencePieceProcessor(model_file=str(tmp_path / "a" / "tokenizer.model")).get_piece_size() == 500

@@ -255,7 +255,9 @@ class Clean(beam.PTransform):
             | "Annotate" >> beam.ParDo(_CleanBatchFn(config, stage)).with_outputs(
                 REJECTED, FAILED, main="kept")
         )
-        kept, rejected = results["kept"], [results[REJECTED]]
+        # rejects are counted per branch, before the Flatten (see routing.CountFn)
+        kept = results["kept"]
+        rejected = [results[REJECTED] | "CountRejected" >> beam.ParDo(CountFn(stage, "rejected"))]
         if config.quality.model and config.quality.top_fraction is not None:
             quantiles = (kept | "Scores" >> beam.Map(lambda d: d.quality_score or 0.0)
                          | "Quantiles" >> beam.ApproximateQuantiles.Globally(1001))
@@ -263,10 +265,10 @@ class Clean(beam.PTransform):
                 lambda d, q: _split_by_quantile(d, _cut_of(q or [], config.quality.top_fraction)),
                 q=beam.pvalue.AsSingleton(quantiles, default_value=[])).with_outputs(REJECTED, main="kept")
             kept = split["kept"]
-            rejected.append(split[REJECTED])
+            rejected.append(split[REJECTED] | "CountRejectedTop" >> beam.ParDo(CountFn(stage, "rejected")))
         all_rejected = tuple(rejected) | "AllRejected" >> beam.Flatten()
         return StageOutputs(
             kept=kept | "CountKept" >> beam.ParDo(CountFn(stage, "kept")),
-            rejected=all_rejected | "CountRejected" >> beam.ParDo(CountFn(stage, "rejected")),
+            rejected=all_rejected,
             failed=results[FAILED] | "CountFailed" >> beam.ParDo(CountFn(stage, "failed")),
         )

@@ -133,11 +133,13 @@ class ExactDedup(beam.PTransform):
                    | f"Keep{name}" >> beam.ParDo(_KeepFirstFn(self._config, reason)).with_outputs(
                        REJECTED, main="kept"))
             current = out["kept"]
-            rejected.append(out[REJECTED])
+            # counted before the Flatten: a counter after it runs once per branch, and
+            # Beam's Flink runner keeps only one branch's count
+            rejected.append(out[REJECTED] | f"CountRejected{name}" >> beam.ParDo(CountFn(stage, "rejected")))
         all_rejected = (tuple(rejected) or (docs.pipeline | "NoRejects" >> beam.Create([]),)) | "AllRejected" >> beam.Flatten()
         return StageOutputs(
             kept=current | "CountKept" >> beam.ParDo(CountFn(stage, "kept")),
-            rejected=all_rejected | "CountRejected" >> beam.ParDo(CountFn(stage, "rejected")),
+            rejected=all_rejected,
             failed=docs.pipeline | "NoFailures" >> beam.Create([]),
         )
 

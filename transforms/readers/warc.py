@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import uuid
 import zlib
 from dataclasses import dataclass
 from typing import IO, Iterator, Optional, Union
@@ -70,11 +71,23 @@ def _drain(stream: IO[bytes]) -> None:
         pass
 
 
+# ARC records have no record id; warcio's ARC→WARC conversion makes up a random one on
+# every read. Ours is a uuid5 of (file name, offset, URL, date): the same on every read
+# and every runner, and unchanged when the file moves to another directory or bucket.
+_ARC_ID_NAMESPACE = uuid.UUID("6f0c2a4e-5c1b-4f3e-9a57-2d8f6b1e0c3a")
+
+
+def arc_record_id(url_of_file: str, offset: int, url: str, date: str) -> str:
+    name = url_of_file.replace("\\", "/").rsplit("/", 1)[-1]
+    key = "\x00".join((name, str(offset), url, date))
+    return f"<urn:uuid:{uuid.uuid5(_ARC_ID_NAMESPACE, key)}>"
+
+
 def _to_raw_record(record, url_of_file: str, offset: int, limits: WarcLimits) -> RawRecord:
     headers = record.rec_headers
     url = headers.get_header("WARC-Target-URI") or ""
-    record_id = headers.get_header("WARC-Record-ID") or ""
     fetched_at = headers.get_header("WARC-Date") or ""
+    record_id = headers.get_header("WARC-Record-ID") or ""
     if record.rec_type == "conversion":
         data, truncated = _read_limited(record.content_stream(), limits.max_payload_bytes)
         lang = (headers.get_header("WARC-Identified-Content-Language") or "").split(",")[0]
@@ -130,9 +143,13 @@ def _valid_start(fh: IO[bytes], pos: int, gzipped: bool) -> bool:
     return head is not None and (head.startswith(b"WARC/") or head[:1].isalnum())  # or ARC URL line
 
 
-def _starts_archive(fh: IO[bytes], gzipped: bool) -> bool:
+def _archive_kind(fh: IO[bytes], gzipped: bool) -> Optional[str]:
+    """"warc", "arc" or None (not an archive) from the first bytes of the file."""
     head = _head(fh, 0, gzipped)
-    return head is not None and head.lstrip(b"\r\n").startswith((b"WARC/", b"filedesc://"))
+    start = head.lstrip(b"\r\n") if head is not None else b""
+    if start.startswith(b"WARC/"):
+        return "warc"
+    return "arc" if start.startswith(b"filedesc://") else None
 
 
 def _has_data_after(fh: IO[bytes], pos: int) -> bool:
@@ -167,7 +184,8 @@ def iter_warc(fh: IO[bytes], url: str, limits: WarcLimits, stage: str) -> Iterat
     fh.seek(0, 2)
     size = fh.tell()
     base = 0
-    if size and not _starts_archive(fh, gzipped):
+    kind = _archive_kind(fh, gzipped) if size else "warc"
+    if kind is None:
         raw = _read_raw(fh, 0, None, limits.max_failed_raw_bytes)
         error = ValueError(f"{url}: not a WARC or ARC file (no 'WARC/' or 'filedesc://' header "
                            f"at offset 0)")
@@ -191,7 +209,9 @@ def iter_warc(fh: IO[bytes], url: str, limits: WarcLimits, stage: str) -> Iterat
                 _drain(record.raw_stream)
                 offset = base + iterator.get_record_offset()
                 if isinstance(item, RawRecord):
-                    item = dataclasses.replace(item, offset=offset)
+                    record_id = (arc_record_id(url, offset, item.url, item.fetched_at) if kind == "arc"
+                                 else item.record_id)
+                    item = dataclasses.replace(item, offset=offset, record_id=record_id)
                 if record.raw_stream.limit > 0:
                     missing = record.raw_stream.limit
                     error = EOFError(f"{url}: record at offset {offset} is truncated or corrupt "

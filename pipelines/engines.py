@@ -1,0 +1,428 @@
+"""The engines a job runs on, their parts, and one job server per job.
+
+``python -m pipelines.run --engine NAME`` (or ``make run RUNNER=NAME``) adds the Beam
+options of an engine; options given on the command line still win. Engines that run on
+one machine:
+
+========== ==========================================================================
+direct     Beam's FnApiRunner in this process (the default; shuffles in memory)
+direct-mp  FnApiRunner with ``--direct_running_mode=multi_processing``, 2 workers
+flink      Beam's Flink runner on an embedded Flink (``--flink_master=[local]``)
+spark      Beam's Spark runner on ``local[2]``
+prism      Prism, Beam's Go runner
+========== ==========================================================================
+
+The Flink and Spark job servers and the Prism binary are fetched into a cache
+(``.engines/``, or ``$TOKENFACTORY_ENGINES``) by ``python -m pipelines.engines fetch``
+(``make engines``): the job servers with Maven from Maven Central, Prism built with Go
+from Beam's Go module of the installed Beam version. A job server is Beam's shaded
+``beam-runners-<engine>-job-server`` jar of the installed Beam version when Maven can
+resolve it; where it cannot (a mirror without it), the same driver class is run from
+the runner's modules at the newest Beam release that resolves (``JAVA_FALLBACK``) with
+a launcher jar whose manifest lists them. ``SOURCE`` in the part's folder says which.
+
+A Flink or Spark job is several Beam pipelines (one per stage, several for near-dedup).
+Beam's runners start a job server JVM for each pipeline; ``shared_job_server`` starts
+one for the whole job instead and points every pipeline at it (``--job_endpoint``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Optional, Sequence
+
+import apache_beam as beam
+
+_LOGGER = logging.getLogger(__name__)
+
+BEAM_VERSION = beam.__version__
+FLINK_VERSION = "1.19"
+SPARK_VERSION = "3.5.6"  # Spark's own jars: Beam's Spark runner declares them "provided"
+SCALA_VERSION = "2.12"
+# The newest Beam release whose Flink 1.19 and Spark 3 runner modules (with every
+# dependency) resolve from the Maven Central mirror of the development machines.
+JAVA_FALLBACK = "2.62.0"
+SLF4J_VERSION = "1.7.30"
+PRISM_MODULE = "github.com/apache/beam/sdks/v2/go/cmd/prism"
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class EngineMissing(RuntimeError):
+    """A part an engine needs (a JDK, a job server jar, the Prism binary) is not there."""
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("TOKENFACTORY_ENGINES", ROOT / ".engines"))
+
+
+@dataclass(frozen=True)
+class Part:
+    """A fetched part of an engine: a job server jar or a binary."""
+
+    name: str
+    file: str  # relative to the part's folder
+    tools: tuple[str, ...]  # what fetching it needs
+
+    def path(self, cache: Optional[Path] = None) -> Path:
+        return (cache or cache_dir()) / self.name / self.file
+
+    def require(self, cache: Optional[Path] = None) -> Path:
+        path = self.path(cache)
+        if not path.exists():
+            raise EngineMissing(
+                f"{self.name}: {path} is missing; run `make engines` (or `python -m pipelines.engines "
+                f"fetch {self.name}`), which needs {' and '.join(self.tools)} on the PATH")
+        return path
+
+
+PARTS = {
+    "flink": Part("flink", "job-server.jar", ("java (JDK 11+)", "mvn")),
+    "spark": Part("spark", "job-server.jar", ("java (JDK 11+)", "mvn")),
+    "prism": Part("prism", "prism", ("go (1.22+)",)),
+}
+
+
+@dataclass(frozen=True)
+class Engine:
+    name: str
+    description: str
+    part: Optional[str] = None  # the fetched part it needs
+
+    def args(self, cache: Optional[Path] = None, worker_pool: str = "") -> list[str]:
+        """Beam options for this engine. ``worker_pool``: an SDK worker pool's address
+        (``host:port``): workers run there (``EXTERNAL``) instead of in this process."""
+        path = str(PARTS[self.part].require(cache)) if self.part else ""
+        environment = (["--environment_type=EXTERNAL", f"--environment_config={worker_pool}",
+                        "--sdk_worker_parallelism=2"] if worker_pool
+                       else ["--environment_type=LOOPBACK"])
+        if self.name == "direct":
+            return ["--runner=FnApiRunner"]
+        if self.name == "direct-mp":
+            return ["--runner=FnApiRunner", "--direct_running_mode=multi_processing",
+                    "--direct_num_workers=2"]
+        if self.name == "flink":
+            return ["--runner=FlinkRunner", "--flink_master=[local]", f"--flink_version={FLINK_VERSION}",
+                    f"--flink_job_server_jar={path}", "--parallelism=2"] + environment
+        if self.name == "spark":
+            return ["--runner=SparkRunner", "--spark_master_url=local[2]",
+                    f"--spark_job_server_jar={path}"] + environment
+        return ["--runner=PrismRunner", f"--prism_location={path}"] + environment
+
+
+ENGINES = {e.name: e for e in (
+    Engine("direct", "Beam's FnApiRunner in this process (shuffles in memory)"),
+    Engine("direct-mp", "FnApiRunner, multi_processing with 2 workers"),
+    Engine("flink", f"Beam's Flink runner, embedded Flink {FLINK_VERSION}", "flink"),
+    Engine("spark", "Beam's Spark runner, Spark local[2]", "spark"),
+    Engine("prism", "Prism, Beam's Go runner", "prism"),
+)}
+
+
+def engine_args(name: str, worker_pool: str = "", cache: Optional[Path] = None) -> list[str]:
+    if name not in ENGINES:
+        raise ValueError(f"unknown engine {name!r}: one of {', '.join(ENGINES)}")
+    return ENGINES[name].args(cache, worker_pool)
+
+
+# --- fetching the parts --------------------------------------------------------------
+
+@dataclass(frozen=True)
+class JavaServer:
+    """Where a job server comes from: Beam's shaded jar, or the runner's modules."""
+
+    shaded: str  # group:artifact of Beam's job server jar (version = the installed Beam's)
+    modules: tuple[str, ...]  # group:artifact:version of the fallback's dependencies
+    main_class: str
+
+
+JAVA_SERVERS = {
+    "flink": JavaServer(
+        f"org.apache.beam:beam-runners-flink-{FLINK_VERSION}-job-server",
+        (f"org.apache.beam:beam-runners-flink-{FLINK_VERSION}:{JAVA_FALLBACK}",
+         f"org.slf4j:slf4j-simple:{SLF4J_VERSION}"),
+        "org.apache.beam.runners.flink.FlinkJobServerDriver"),
+    "spark": JavaServer(
+        "org.apache.beam:beam-runners-spark-3-job-server",
+        (f"org.apache.beam:beam-runners-spark-3:{JAVA_FALLBACK}",
+         f"org.apache.spark:spark-core_{SCALA_VERSION}:{SPARK_VERSION}",
+         f"org.apache.spark:spark-streaming_{SCALA_VERSION}:{SPARK_VERSION}"),
+        "org.apache.beam.runners.spark.SparkJobServerDriver"),
+}
+
+
+def _run(cmd: Sequence[str], cwd: Optional[Path] = None, env: Optional[dict] = None) -> subprocess.CompletedProcess:
+    _LOGGER.info("running %s", " ".join(cmd))
+    return subprocess.run(list(cmd), cwd=cwd, env=env, capture_output=True, text=True)
+
+
+def _need(tool: str, part: str) -> str:
+    path = shutil.which(tool)
+    if path is None:
+        raise EngineMissing(f"{part}: `{tool}` is not on the PATH; install it "
+                            f"({', '.join(PARTS[part].tools)}) and run `make engines` again")
+    return path
+
+
+def _pom(modules: Sequence[str]) -> str:
+    deps = "".join(
+        f"<dependency><groupId>{g}</groupId><artifactId>{a}</artifactId><version>{v}</version></dependency>"
+        for g, a, v in (m.split(":") for m in modules))
+    return ('<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>'
+            "<groupId>tokenfactory</groupId><artifactId>job-server</artifactId><version>1</version>"
+            f"<packaging>pom</packaging><dependencies>{deps}</dependencies></project>\n")
+
+
+def _manifest_line(line: str) -> bytes:
+    """One manifest attribute, wrapped at 72 bytes as the jar specification requires."""
+    data, out = line.encode(), []
+    out.append(data[:72])
+    data = data[72:]
+    while data:
+        out.append(b" " + data[:71])
+        data = data[71:]
+    return b"\r\n".join(out) + b"\r\n"
+
+
+def write_launcher_jar(jar: Path, main_class: str, libdir: str = "lib") -> None:
+    """A jar holding only a manifest: ``Main-Class`` and a ``Class-Path`` of every jar in
+    ``<jar's folder>/<libdir>`` (paths relative to the jar), so ``java -jar`` runs it."""
+    import zipfile
+
+    jars = sorted(p.name for p in (jar.parent / libdir).glob("*.jar"))
+    manifest = (_manifest_line("Manifest-Version: 1.0") + _manifest_line(f"Main-Class: {main_class}")
+                + _manifest_line("Class-Path: " + " ".join(f"{libdir}/{j}" for j in jars)) + b"\r\n")
+    with zipfile.ZipFile(jar, "w") as archive:
+        archive.writestr("META-INF/MANIFEST.MF", manifest)
+
+
+def _fetch_java(part: str, target: Path) -> str:
+    mvn = _need("mvn", part)
+    _need("java", part)
+    server = JAVA_SERVERS[part]
+    shaded = f"{server.shaded}:{BEAM_VERSION}"
+    done = _run([mvn, "-B", "-q", "dependency:copy", f"-Dartifact={shaded}",
+                 f"-DoutputDirectory={target}", "-Dmdep.stripVersion=true"])
+    copied = target / f"{server.shaded.split(':')[1]}.jar"
+    if done.returncode == 0 and copied.exists():
+        copied.rename(target / "job-server.jar")
+        return f"{shaded} (Beam's job server jar, Maven Central)"
+    _LOGGER.warning("%s: %s is not available (%s); assembling the job server from the runner's "
+                    "modules %s", part, shaded, _last_error(done), ", ".join(server.modules))
+    (target / "pom.xml").write_text(_pom(server.modules))
+    done = _run([mvn, "-B", "-q", "dependency:copy-dependencies", "-DincludeScope=runtime",
+                 "-DoutputDirectory=lib"], cwd=target)
+    if done.returncode != 0:
+        raise EngineMissing(f"{part}: Maven could not resolve {', '.join(server.modules)}: "
+                            f"{_last_error(done)}")
+    write_launcher_jar(target / "job-server.jar", server.main_class)
+    return f"{server.main_class} from {', '.join(server.modules)} (launcher jar over lib/)"
+
+
+def _last_error(done: subprocess.CompletedProcess) -> str:
+    lines = [l for l in (done.stdout + done.stderr).splitlines() if "ERROR" in l] or \
+        (done.stdout + done.stderr).splitlines() or ["no output"]
+    return lines[0].strip()[:400]
+
+
+def _fetch_prism(target: Path) -> str:
+    go = _need("go", "prism")
+    module = f"{PRISM_MODULE}@v{BEAM_VERSION}"
+    env = dict(os.environ, GOBIN=str(target), CGO_ENABLED="0")
+    done = _run([go, "install", module], env=env)
+    if done.returncode != 0 or not (target / "prism").exists():
+        raise EngineMissing(f"prism: `go install {module}` failed: {_last_error(done)}")
+    return f"{module} (built with {subprocess.run([go, 'version'], capture_output=True, text=True).stdout.strip()})"
+
+
+def fetch(part: str, cache: Optional[Path] = None, force: bool = False) -> Path:
+    """Fetches (or builds) ``part`` into the cache, atomically; returns its path."""
+    spec = PARTS[part]
+    final = spec.path(cache)
+    if final.exists() and not force:
+        return final
+    folder = final.parent
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{part}-", dir=folder.parent))
+    try:
+        source = _fetch_prism(staging) if part == "prism" else _fetch_java(part, staging)
+        (staging / "SOURCE").write_text(source + "\n")
+        if folder.exists():
+            shutil.rmtree(folder)
+        staging.rename(folder)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+    _LOGGER.info("%s: %s", part, source)
+    return final
+
+
+# --- running: one job server per job, an SDK worker pool -----------------------------
+
+@contextlib.contextmanager
+def shared_job_server(options: beam.options.pipeline_options.PipelineOptions) -> Iterator[None]:
+    """While open, every pipeline built with ``options`` goes to one job server.
+
+    Only for Flink and Spark runs that would start a local job server jar themselves
+    (no ``--job_endpoint``, no uber-jar submission); anything else is left as it is.
+    The server, its artifact folder and the embedded cluster go away on exit.
+    """
+    from apache_beam.options.pipeline_options import (
+        FlinkRunnerOptions, JobServerOptions, PortableOptions, SparkRunnerOptions, StandardOptions)
+    from apache_beam.portability.api import beam_job_api_pb2_grpc
+    from apache_beam.utils import subprocess_server
+
+    runner = str(options.view_as(StandardOptions).runner or "")
+    portable = options.view_as(PortableOptions)
+    server = None
+    if not portable.job_endpoint and runner in ("FlinkRunner", "SparkRunner"):
+        if runner == "FlinkRunner" and not options.view_as(FlinkRunnerOptions).flink_submit_uber_jar:
+            from apache_beam.runners.portability.flink_runner import FlinkJarJobServer
+
+            server, extra_jvm = FlinkJarJobServer(options), []
+        elif runner == "SparkRunner" and not options.view_as(SparkRunnerOptions).spark_submit_uber_jar:
+            from apache_beam.runners.portability.spark_runner import (
+                SPARK_JAR_JOB_SERVER_JVM_ARGS, SparkJarJobServer)
+
+            server, extra_jvm = SparkJarJobServer(options), list(SPARK_JAR_JOB_SERVER_JVM_ARGS)
+    if server is None:
+        yield
+        return
+    job_options = options.view_as(JobServerOptions)
+    jar = server.local_jar(server.path_to_jar(), job_options.jar_cache_dir)
+    artifacts = tempfile.mkdtemp(prefix="tokenfactory-artifacts-")
+    port, = subprocess_server.pick_port(None)
+    jvm = list(job_options.job_server_jvm_properties or []) + extra_jvm
+    cmd = ([job_options.job_server_java_launcher] + jvm + ["-jar", jar]
+           + [str(a) for a in server.java_arguments(port, 0, 0, artifacts)])
+    logger = logging.getLogger("tokenfactory.jobserver")
+    process = subprocess_server.SubprocessServer(beam_job_api_pb2_grpc.JobServiceStub, cmd,
+                                                 port=port, logger=logger)
+    _LOGGER.info("%s: one job server for the whole job at localhost:%d", runner, port)
+    process.start()
+    portable.job_endpoint = f"localhost:{port}"
+    try:
+        yield
+    finally:
+        portable.job_endpoint = None
+        process.stop()
+        shutil.rmtree(artifacts, ignore_errors=True)
+
+
+def child_pids(pid: int) -> list[int]:
+    """The live child processes of ``pid`` (Linux ``/proc``)."""
+    children = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        if int(fields[1]) == pid and fields[0] != "Z":
+            children.append(int(entry))
+    return children
+
+
+class WorkerPool:
+    """An SDK worker pool (``python -m apache_beam.runners.worker.worker_pool_main``) on
+    127.0.0.1, the layout of a Flink task manager with a worker-pool sidecar: the runner
+    asks it for SDK workers, and it starts each as a process of its own. Pass
+    ``address`` to ``engine_args(..., worker_pool=)`` (``--environment_type=EXTERNAL``)."""
+
+    def __init__(self) -> None:
+        self.process: Optional[subprocess.Popen] = None
+        self.address = ""
+
+    def __enter__(self) -> "WorkerPool":
+        import socket
+
+        from apache_beam.utils import subprocess_server
+
+        port, = subprocess_server.pick_port(None)
+        # The pool starts workers as `python -c ...`: the first python on the PATH must
+        # be this one (the project and its dependencies are installed here).
+        env = dict(os.environ, PATH=os.pathsep.join([os.path.dirname(sys.executable),
+                                                     os.environ.get("PATH", "")]))
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "apache_beam.runners.worker.worker_pool_main",
+             f"--service_port={port}"], env=env, start_new_session=True,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.address = f"localhost:{port}"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"SDK worker pool exited with {self.process.returncode}")
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
+                return self
+            time.sleep(0.2)
+        self.__exit__()
+        raise RuntimeError("SDK worker pool did not open its port within 60 s")
+
+    def workers(self) -> list[int]:
+        """Process ids of the SDK workers the pool is running now."""
+        return child_pids(self.process.pid) if self.process is not None else []
+
+    def __exit__(self, *exc: object) -> None:
+        if self.process is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+        self.process = None
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m pipelines.engines", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    get = sub.add_parser("fetch", help="fetch or build engine parts into the cache")
+    get.add_argument("parts", nargs="*", default=list(PARTS), help=f"of {', '.join(PARTS)} (default: all)")
+    get.add_argument("--force", action="store_true", help="fetch again even if present")
+    show = sub.add_parser("args", help="print the Beam options of an engine")
+    show.add_argument("engine", choices=list(ENGINES))
+    show.add_argument("--worker-pool", default="", help="host:port of an SDK worker pool (EXTERNAL)")
+    sub.add_parser("status", help="which parts are in the cache and where they came from")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        if args.command == "fetch":
+            for part in args.parts:
+                if part not in PARTS:
+                    parser.error(f"unknown part {part!r}: one of {', '.join(PARTS)}")
+                path = fetch(part, force=args.force)
+                print(f"{part}: {path} ({(path.parent / 'SOURCE').read_text().strip()})")
+        elif args.command == "args":
+            print(" ".join(engine_args(args.engine, args.worker_pool)))
+        else:
+            for name, part in PARTS.items():
+                path = part.path()
+                source = path.parent / "SOURCE"
+                state = source.read_text().strip() if path.exists() and source.exists() else "missing"
+                print(f"{name:6} {path}  {state}")
+    except EngineMissing as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
