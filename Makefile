@@ -9,7 +9,16 @@ PYTEST_ARGS ?=
 
 LID_MODEL := .models/lid.176.ftz
 
-.PHONY: install run test bench bench-env clean models browser
+# Engines for RUNNER= and the engine tests: the Flink and Spark job servers (Maven) and
+# Prism (Go) in .engines/ (python -m pipelines.engines; needs java, mvn and go).
+ENGINES_DIR := .engines
+PART_flink := $(ENGINES_DIR)/flink/job-server.jar
+PART_spark := $(ENGINES_DIR)/spark/job-server.jar
+PART_prism := $(ENGINES_DIR)/prism/prism
+# make run RUNNER=flink|spark|prism|direct-mp (default: direct, Beam's FnApiRunner)
+RUNNER ?= direct
+
+.PHONY: install run test test-engines engines bench bench-env clean models browser
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -31,8 +40,13 @@ $(LID_MODEL):
 
 models: $(LID_MODEL)
 
-run: $(STAMP) $(LID_MODEL)
-	$(BIN)/python -m pipelines.demo
+$(PART_flink) $(PART_spark) $(PART_prism): | $(STAMP)
+	$(BIN)/python -m pipelines.engines fetch $(word 2,$(subst /, ,$@))
+
+engines: $(PART_flink) $(PART_spark) $(PART_prism)
+
+run: $(STAMP) $(LID_MODEL) $(PART_$(RUNNER))
+	$(BIN)/python -m pipelines.demo --engine $(RUNNER)
 
 # Debian's Chromium + ChromeDriver for the browser tests (report page, review page).
 browser:
@@ -41,8 +55,12 @@ browser:
 	  $$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q chromium chromium-driver; \
 	fi
 
-test: $(STAMP) browser
+test: $(STAMP) browser engines
 	TOKENFACTORY_REQUIRE_BROWSER=1 $(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+# the tests that run on Flink, Spark and Prism, alone (make test runs them too)
+test-engines: $(STAMP) engines
+	$(BIN)/python -m pytest -q -m engines $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.run_all

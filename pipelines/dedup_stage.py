@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime, timezone
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 import apache_beam as beam
 import pyarrow as pa
@@ -24,7 +24,6 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from pipelines.outputs import WriteParquet, WriteStageOutputs
 from transforms.dedup.components import StarRound, edge_checksum
 from transforms.dedup.dedup import BandKeys, BucketEdges, DedupConfig, assign_component
-from transforms.doc import Doc
 from transforms.routing import REJECTED, CountFn, StageOutputs
 
 _LOGGER = logging.getLogger(__name__)
@@ -63,6 +62,15 @@ def _counter(result: Any, namespace: str, name: str) -> int:
     return total
 
 
+def _largest(result: Any, name: str) -> int:
+    """The largest value a distribution metric saw (0 when the runner reports none)."""
+    from apache_beam.metrics.metric import MetricsFilter
+
+    values = [d.committed if d.committed is not None else d.attempted
+              for d in result.metrics().query(MetricsFilter().with_name(name))["distributions"]]
+    return max((int(v.max) for v in values if v is not None and v.count), default=0)
+
+
 def _run(options: PipelineOptions, build: Callable[[beam.Pipeline], None]) -> Any:
     pipeline = beam.Pipeline(options=options)
     build(pipeline)
@@ -87,6 +95,8 @@ class NearDedupDriver:
         self.stage = stage
         self.work = FileSystems.join(output, "work", stage)
         self.rounds = 0
+        self.edges = 0
+        self.largest_group = 0  # the most members one star group held (hot-key check)
         # The index part this job output wrote the last time the stage ran (from its
         # manifest): a rerun replaces it and never matches the documents against it,
         # else every document would be "a duplicate of an earlier run" of itself.
@@ -123,7 +133,8 @@ class NearDedupDriver:
 
     def _build_round(self, k: int) -> Callable[[beam.Pipeline], None]:
         def build(pipeline: beam.Pipeline) -> None:
-            (_read_edges(pipeline, self._edges_dir(k)) | "Round" >> StarRound()
+            (_read_edges(pipeline, self._edges_dir(k))
+             | "Round" >> StarRound(hot_degree=self.config.minhash.hot_degree)
              | "Stats" >> beam.ParDo(_EdgeStatsFn("dedup_edges"))
              | "WriteEdges" >> WriteParquet(self._edges_dir(k + 1), EDGE_SCHEMA, _edge_row))
         return build
@@ -162,6 +173,24 @@ class NearDedupDriver:
          | "WriteIndex" >> WriteParquet(FileSystems.join(config.index, run), INDEX_SCHEMA,
                                         lambda nk: {"node": nk[0], "band_key": nk[1]}))
 
+    def run_rounds(self, options: PipelineOptions, previous: tuple[int, int]) -> int:
+        """Star rounds from ``edges-000`` until a round leaves the edges unchanged (count
+        and checksum); returns the number of rounds run (the last one is ``edges-<k>``)."""
+        k = 0
+        while k < self.config.minhash.max_rounds:
+            result = _run(options, self._build_round(k))
+            k += 1
+            current = (_counter(result, "dedup_edges", "edges"), _counter(result, "dedup_edges", "edge_checksum"))
+            self.largest_group = max(self.largest_group, _largest(result, "star_group_size"))
+            _LOGGER.info("dedup round %d: %d edges", k, current[0])
+            if current == previous:
+                break
+            previous = current
+        else:
+            _LOGGER.warning("connected components did not converge in %d rounds", k)
+        self.rounds, self.edges = k, previous[0]
+        return k
+
     def run(self, options: PipelineOptions) -> dict[str, int]:
         if FileSystems.exists(self.work):
             FileSystems.delete([self.work])
@@ -175,23 +204,13 @@ class NearDedupDriver:
             except Exception:  # object stores have no folder left to delete
                 pass
         result = _run(options, self._build_edges)
-        previous = (_counter(result, "dedup_edges", "edges"), _counter(result, "dedup_edges", "edge_checksum"))
-        k = 0
-        while k < self.config.minhash.max_rounds:
-            result = _run(options, self._build_round(k))
-            k += 1
-            current = (_counter(result, "dedup_edges", "edges"), _counter(result, "dedup_edges", "edge_checksum"))
-            _LOGGER.info("dedup round %d: %d edges", k, current[0])
-            if current == previous:
-                break
-            previous = current
-        else:
-            _LOGGER.warning("connected components did not converge in %d rounds", k)
-        self.rounds = k
+        k = self.run_rounds(options, (_counter(result, "dedup_edges", "edges"),
+                                      _counter(result, "dedup_edges", "edge_checksum")))
         result = _run(options, self._build_final(k))
         from apache_beam.metrics.metric import MetricsFilter
 
-        totals: dict[str, int] = {"cc_rounds": k, "edges": previous[0]}
+        totals: dict[str, int] = {"cc_rounds": k, "edges": self.edges,
+                                  "largest_star_group": self.largest_group}
         for c in result.metrics().query(MetricsFilter().with_namespace(self.stage))["counters"]:
             value = c.committed if c.committed is not None else c.attempted
             totals[c.key.metric.name] = totals.get(c.key.metric.name, 0) + int(value or 0)

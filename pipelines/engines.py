@@ -269,6 +269,20 @@ def fetch(part: str, cache: Optional[Path] = None, force: bool = False) -> Path:
 
 # --- running: one job server per job, an SDK worker pool -----------------------------
 
+class _JavaErrorsOnly(logging.Filter):
+    """The job server's output, which Beam logs line by line at INFO: only its errors
+    (raised to WARNING) unless this logger is set to DEBUG."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if logging.getLogger("tokenfactory.jobserver").isEnabledFor(logging.DEBUG):
+            return True
+        text = record.getMessage()
+        if " ERROR " in text or "Exception" in text:
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+            return True
+        return False
+
+
 @contextlib.contextmanager
 def shared_job_server(options: beam.options.pipeline_options.PipelineOptions) -> Iterator[None]:
     """While open, every pipeline built with ``options`` goes to one job server.
@@ -306,6 +320,8 @@ def shared_job_server(options: beam.options.pipeline_options.PipelineOptions) ->
     cmd = ([job_options.job_server_java_launcher] + jvm + ["-jar", jar]
            + [str(a) for a in server.java_arguments(port, 0, 0, artifacts)])
     logger = logging.getLogger("tokenfactory.jobserver")
+    if not logger.filters:
+        logger.addFilter(_JavaErrorsOnly())
     process = subprocess_server.SubprocessServer(beam_job_api_pb2_grpc.JobServiceStub, cmd,
                                                  port=port, logger=logger)
     _LOGGER.info("%s: one job server for the whole job at localhost:%d", runner, port)
@@ -336,14 +352,16 @@ def child_pids(pid: int) -> list[int]:
 
 
 class WorkerPool:
-    """An SDK worker pool (``python -m apache_beam.runners.worker.worker_pool_main``) on
-    127.0.0.1, the layout of a Flink task manager with a worker-pool sidecar: the runner
-    asks it for SDK workers, and it starts each as a process of its own. Pass
-    ``address`` to ``engine_args(..., worker_pool=)`` (``--environment_type=EXTERNAL``)."""
+    """An SDK worker pool on 127.0.0.1 (``python -m pipelines.worker_pool``: Beam's
+    ``worker_pool_main`` that also restarts a worker dying while wanted), the layout of a
+    Flink task manager with a worker-pool sidecar: the runner asks it for SDK workers, and
+    it starts each as a process of its own. Pass ``address`` to
+    ``engine_args(..., worker_pool=)`` (``--environment_type=EXTERNAL``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, log: Optional[Path] = None) -> None:
         self.process: Optional[subprocess.Popen] = None
         self.address = ""
+        self.log = log  # the pool's own log (restarts are logged there); None: discarded
 
     def __enter__(self) -> "WorkerPool":
         import socket
@@ -351,14 +369,15 @@ class WorkerPool:
         from apache_beam.utils import subprocess_server
 
         port, = subprocess_server.pick_port(None)
+        log = open(self.log, "ab") if self.log else subprocess.DEVNULL
         # The pool starts workers as `python -c ...`: the first python on the PATH must
         # be this one (the project and its dependencies are installed here).
         env = dict(os.environ, PATH=os.pathsep.join([os.path.dirname(sys.executable),
                                                      os.environ.get("PATH", "")]))
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "apache_beam.runners.worker.worker_pool_main",
-             f"--service_port={port}"], env=env, start_new_session=True,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            [sys.executable, "-m", "pipelines.worker_pool", f"--service_port={port}"],
+            env=env, cwd=ROOT, start_new_session=True,
+            stdout=log, stderr=subprocess.STDOUT)
         self.address = f"localhost:{port}"
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:

@@ -155,8 +155,13 @@ def run_stage(config: JobConfig, plan: StagePlan, options: PipelineOptions, forc
 class StageFailed(RuntimeError):
     """A stage raised: carries the reports of the stages that finished before it."""
 
-    def __init__(self, stage: str, error: BaseException, reports: list[StageReport]) -> None:
-        super().__init__(f"stage {stage} failed: {type(error).__name__}: {error}")
+    def __init__(self, stage: str, error: BaseException, reports: list[StageReport],
+                 runner: str = "") -> None:
+        # an engine's error can be a page of Java and gRPC text: the log has it all
+        text = str(error)
+        text = text if len(text) <= 1000 else text[:1000] + " [...]"
+        where = f" on {runner}" if runner else ""
+        super().__init__(f"stage {stage} failed{where}: {type(error).__name__}: {text}")
         self.stage = stage
         self.error = error
         self.reports = reports
@@ -177,5 +182,6 @@ def run_job(config: JobConfig, cli_args: Sequence[str] = (), force: bool = False
                 reports.append(run_stage(config, plan, options, force, show_progress))
             except Exception as exc:
                 _LOGGER.error("stage %s failed", stage, exc_info=True)
-                raise StageFailed(stage, exc, reports) from exc
+                raise StageFailed(stage, exc, reports,
+                                  str(options.view_as(StandardOptions).runner)) from exc
     return reports

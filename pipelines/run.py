@@ -118,8 +118,9 @@ def main(argv: Optional[Sequence[str]] = None, out: TextIO = sys.stdout) -> int:
     except StageFailed as failed:  # the traceback is in the log above
         if failed.reports:
             out.write("\n" + format_table(failed.reports) + "\n")
-        sys.stderr.write(f"\n{failed}\nthe stages before it keep their outputs; after a fix, "
-                         "the same command resumes from there\n")
+        sys.stderr.write(f"\n{failed}\nthe stages before it keep their outputs; the same command "
+                         "resumes from there (after a fix, if the error needs one: an engine "
+                         "whose worker died needs none)\n")
         return 1
     out.write("\n" + format_table(reports) + "\n\n" + format_locations(config.output, reports) + "\n")
     if not args.no_report:

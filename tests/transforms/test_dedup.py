@@ -102,19 +102,63 @@ def test_components_match_scipy(kind, edges, n):
     check_against_scipy(edges, n, components_in_memory(named))
 
 
-def test_star_rounds_in_beam_converge_to_scipy(beam_options, tmp_path):
-    edges = [(i, i + 1) for i in range(20)] + [(30, 31), (31, 32), (40, 41)]
+def beam_components(beam_options, tmp_path, edges, **hot) -> tuple[dict[str, str], dict]:
+    """Star rounds in Beam, one pipeline per round as the stage's driver runs them; returns
+    node → root and the largest star group seen (``star_group_size`` max)."""
+    from apache_beam.metrics.metric import MetricsFilter
+
     current = [(f"n{a:04d}", f"n{b:04d}") for a, b in edges]
-    for k in range(10):  # a driver loop, as in the stage
+    largest = 0
+    for k in range(20):
         prefix = str(tmp_path / f"round{k}")
-        with TestPipeline(options=beam_options) as p:
-            (p | beam.Create(current) | StarRound() | beam.Map(json.dumps)
-             | beam.io.WriteToText(prefix, shard_name_template=""))
+        p = TestPipeline(options=beam_options)
+        (p | beam.Create(current) | StarRound(**hot) | beam.Map(json.dumps)
+         | beam.io.WriteToText(prefix, shard_name_template=""))
+        result = p.run()
+        result.wait_until_finish()
+        for d in result.metrics().query(MetricsFilter().with_name("star_group_size"))["distributions"]:
+            largest = max(largest, d.committed.max)
         collected = [tuple(json.loads(line)) for line in open(prefix)]
         if set(collected) == set(current):
             break
         current = collected
-    check_against_scipy(edges, 50, dict(current))
+    return dict(current), {"largest_group": largest, "rounds": k}
+
+
+def test_star_rounds_in_beam_converge_to_scipy(beam_options, tmp_path):
+    edges = [(i, i + 1) for i in range(20)] + [(30, 31), (31, 32), (40, 41)]
+    roots, _ = beam_components(beam_options, tmp_path, edges)
+    check_against_scipy(edges, 50, roots)
+
+
+@pytest.mark.parametrize("kind,edges,n", graphs(), ids=[g[0] for g in graphs()])
+def test_split_hot_nodes_give_the_same_components(beam_options, tmp_path, kind, edges, n):
+    """Every node with more than 2 neighbours split into sub-groups (the hot-key path):
+    the same components as scipy, and no group larger than a few members."""
+    roots, seen = beam_components(beam_options, tmp_path, edges, hot_degree=2, sample_every=1)
+    check_against_scipy(edges, n, roots)
+    assert seen["largest_group"] <= 8
+
+
+def test_hot_node_split_bounds_the_largest_group(beam_options, tmp_path):
+    """A star of 3,000 around one node: unsplit, the node's group holds all 3,000; split
+    at 500, no group exceeds a small multiple of 500 and the components are the same."""
+    edges = [(i, 0) for i in range(1, 3000)] + [(3000 + i, 3001 + i) for i in range(20)]
+    whole, plain = beam_components(beam_options, tmp_path / "plain", edges)
+    split, hot = beam_components(beam_options, tmp_path / "hot", edges, hot_degree=500, sample_every=4)
+    assert plain["largest_group"] >= 2999 and hot["largest_group"] <= 1000
+    assert whole == split
+    check_against_scipy(edges, 3100, split)
+
+
+def test_salts_for_and_stable_hash():
+    from transforms.dedup.components import salts_for, stable_hash
+
+    assert salts_for(0, 64, 10_000) == 1 and salts_for(156, 64, 10_000) == 1  # 9,984: not hot
+    assert salts_for(157, 64, 10_000) == 2  # 10,048 > 10,000
+    assert salts_for(1563, 64, 10_000) == 11  # ~100,000 → 11 groups of < 10,000
+    assert salts_for(10**9, 64, 10_000) == 4096  # capped
+    assert stable_hash("n0001") == 3136820681  # crc32: the same in every process
 
 
 def test_star_primitives():

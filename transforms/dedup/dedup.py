@@ -47,13 +47,17 @@ class MinHashConfig:
     batch_size: int = 256
     salts: int = 16
     max_rounds: int = 50
+    # connected components: a node with more neighbours than this is split into groups of
+    # about this size (the root of a giant component would otherwise be one hot key)
+    hot_degree: int = 10_000
 
     def __post_init__(self) -> None:
         if self.threshold is not None and not 0.0 < self.threshold < 1.0:
             raise ValueError(f"threshold must be in (0, 1), got {self.threshold}")
         if self.threshold is None and self.bands * self.rows > self.num_perm:
             raise ValueError(f"bands x rows ({self.bands} x {self.rows}) exceeds num_perm {self.num_perm}")
-        for name in ("num_perm", "bands", "rows", "ngram", "batch_size", "salts", "max_rounds"):
+        for name in ("num_perm", "bands", "rows", "ngram", "batch_size", "salts", "max_rounds",
+                     "hot_degree"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0")
 

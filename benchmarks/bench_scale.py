@@ -1,0 +1,260 @@
+"""Past one machine's memory: the same job on every engine, 1M then 3M documents.
+
+    .venv/bin/python -m benchmarks.bench_scale [--sizes 1000000 3000000]
+        [--engines direct-mp flink spark prism] [--work DIR] [--timeout-h 4]
+
+The corpus (JSONL, ~1 KB a document, ~1 GB per million) is made from real text:
+documents of 6 to 14 sentences drawn (seeded) from the sentence pool of
+``../shared/data`` (Leipzig web sentences of 20 languages, the McCormick news articles,
+four Gutenberg books), one language per document; 22% of the documents are edited
+copies of earlier ones (word substitutions, deletions, insertions, a swapped sentence
+pair, a header or footer, as in bench_dedup_quality) and 3% exact copies.
+
+The job: extract (JSONL) → dedup_exact → dedup_minhash → tokenize (the Mistral
+sentencepiece model of ../shared/data; 256 MiB shards). Each engine runs it as
+``python -m pipelines.run --engine NAME`` in a fresh process; measured: wall seconds,
+CPU seconds of the whole process tree (the driver, job server JVM, Prism, SDK workers:
+``wait4`` of the tree, cross-checked by sampling ``/proc``), and the peak memory of the
+tree (the sum of every process's PSS, sampled each second: shared pages are not counted
+twice). A size runs only on the engines that finished the size before. Every engine's
+outputs are compared with the first engine's (counts per stage, the tokens' index).
+Results are appended to ``<work>/results.jsonl``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+from benchmarks.bench_dedup_quality import edit
+from pipelines.engines import child_pids
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared" / "data"
+ENGINES = ("direct-mp", "flink", "spark", "prism")
+SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
+
+# --- the corpus ----------------------------------------------------------------------
+
+def sentence_pools() -> list[list[str]]:
+    """Pools of real sentences, one per language or source."""
+    pools = []
+    for path in sorted((SHARED / "langid" / "lingua_sentences").glob("*.txt")):
+        pools.append([s.strip() for s in path.read_text(encoding="utf-8").splitlines() if s.strip()])
+    news = [line.split(" ", 1)[1] for line in
+            (SHARED / "neardup" / "mccormick_articles_1000.train").read_text(encoding="utf-8").splitlines()]
+    books = [" ".join(p.read_text(encoding="utf-8").split()) for p in sorted((SHARED / "text").glob("*.txt"))]
+    english = [s for text in news + books for s in SENTENCE_END.split(text) if 20 <= len(s) <= 400]
+    pools.append(english)
+    return pools
+
+
+def make_corpus(path: Path, n: int, seed: int = 0) -> int:
+    """Writes ``n`` documents; returns the bytes of text written."""
+    rng = random.Random(seed)
+    pools = sentence_pools()
+    weights = [len(p) for p in pools]
+    recent: list[str] = []
+    total = 0
+    tmp = path.with_suffix(".tmp")
+    with tmp.open("w", encoding="utf-8") as fh:
+        for i in range(n):
+            r = rng.random()
+            if recent and r < 0.03:
+                text = rng.choice(recent)  # an exact copy
+            elif recent and r < 0.25:
+                text = edit(rng.choice(recent), rng.uniform(0.0, 0.15), rng)  # a near copy
+            else:
+                pool = rng.choices(pools, weights)[0]
+                text = " ".join(rng.choice(pool) for _ in range(rng.randint(6, 14)))
+            if len(recent) < 5000:
+                recent.append(text)
+            else:
+                recent[rng.randrange(5000)] = text
+            total += len(text)
+            fh.write(json.dumps({"id": f"d{i:08d}", "text": text, "url": f"https://site{i % 997}.example/{i}"},
+                                ensure_ascii=False) + "\n")
+    tmp.rename(path)
+    return total
+
+
+def corpus(work: Path, n: int) -> Path:
+    path = work / f"corpus-{n}.jsonl"
+    if not path.exists():
+        t0 = time.perf_counter()
+        size = make_corpus(path, n)
+        print(f"corpus: {n:,} documents, {size / 1e9:.2f} GB of text in {time.perf_counter() - t0:.0f} s",
+              flush=True)
+    return path
+
+
+def job_config(work: Path, data: Path, output: Path) -> Path:
+    config = work / f"job-{output.name}.yaml"
+    config.write_text(f"""output: {output}
+inputs:
+  - {{format: jsonl, path: "{data}"}}
+extract: {{min_chars: 1}}
+dedup: {{}}
+tokenize: {{model: "{SHARED / 'models' / 'mistral_tokenizer.model.v1.model'}", seed: 1}}
+beam_args: ["--runner=FnApiRunner"]
+""")
+    return config
+
+
+# --- measuring a process tree --------------------------------------------------------
+
+def _descendants(pid: int) -> list[int]:
+    found, todo = [], [pid]
+    while todo:
+        kids = child_pids(todo.pop())
+        found += kids
+        todo += kids
+    return found
+
+
+def _pss_kb(pid: int) -> int:
+    try:
+        for line in open(f"/proc/{pid}/smaps_rollup"):
+            if line.startswith("Pss:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def _cpu_s(pid: int) -> float:
+    try:
+        stat = open(f"/proc/{pid}/stat").read()
+    except OSError:
+        return 0.0
+    fields = stat[stat.rindex(")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class TreeSampler(threading.Thread):
+    """Each second: the PSS sum of a process and its descendants (peak kept), and the CPU
+    seconds each process was last seen with."""
+
+    def __init__(self, pid: int) -> None:
+        super().__init__(daemon=True)
+        self.pid, self.peak_kb, self.cpu = pid, 0, {}
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.wait(1.0):
+            pids = [self.pid] + _descendants(self.pid)
+            self.peak_kb = max(self.peak_kb, sum(_pss_kb(p) for p in pids))
+            for p in pids:
+                self.cpu[p] = max(self.cpu.get(p, 0.0), _cpu_s(p))
+
+
+def run_engine(engine: str, config: Path, log: Path, timeout_s: float) -> dict[str, Any]:
+    cmd = [sys.executable, "-m", "pipelines.run", "--config", str(config), "--engine", engine,
+           "--no-progress", "--no-report", "--log-level", "INFO"]
+    t0 = time.perf_counter()
+    with log.open("w") as out:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        sampler = TreeSampler(proc.pid)
+        sampler.start()
+        deadline = time.monotonic() + timeout_s
+        status, usage = None, None
+        while status is None:
+            pid, raw, ru = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                status, usage = os.waitstatus_to_exitcode(raw), ru
+            elif time.monotonic() > deadline:
+                os.killpg(proc.pid, 9)
+                _, raw, usage = os.wait4(proc.pid, 0)
+                status = "timeout"
+            else:
+                time.sleep(0.5)
+        sampler.stop.set()
+        sampler.join()
+    proc.returncode = status if isinstance(status, int) else -9
+    wall = time.perf_counter() - t0
+    tree_cpu = usage.ru_utime + usage.ru_stime
+    return {"engine": engine, "exit": status, "wall_s": round(wall, 1),
+            "cpu_s": round(max(tree_cpu, sum(sampler.cpu.values())), 1),
+            "cpu_s_wait4": round(tree_cpu, 1), "cpu_s_sampled": round(sum(sampler.cpu.values()), 1),
+            "peak_pss_mb": round(sampler.peak_kb / 1024)}
+
+
+# --- outputs ---------------------------------------------------------------------------
+
+def output_summary(output: Path) -> dict[str, Any]:
+    stages = {}
+    for stage in ("extract", "dedup_exact", "dedup_minhash", "tokenize"):
+        path = output / "manifests" / f"{stage}.json"
+        if path.exists():
+            manifest = json.loads(path.read_text())
+            stages[stage] = {"counts": manifest["counts"], "seconds": manifest["extra"].get("seconds"),
+                             "counters": {k: v for k, v in manifest["extra"].get("counters", {}).items()
+                                          if k in ("cc_rounds", "edges", "largest_star_group")}}
+    index = sorted(output.glob("tokens/*/index.json"))
+    tokens = {}
+    if index:
+        data = json.loads(index[-1].read_text())
+        tokens = {"num_tokens": data["num_tokens"], "num_docs": data["num_docs"],
+                  "shards": [s["sha256"] for s in data["shards"]]}
+    return {"stages": stages, "tokens": tokens}
+
+
+def same_output(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    counts = lambda s: {k: v["counts"] for k, v in s["stages"].items()}  # noqa: E731
+    return counts(a) == counts(b) and a["tokens"] == b["tokens"]
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1_000_000, 3_000_000])
+    parser.add_argument("--engines", nargs="+", default=list(ENGINES), choices=list(ENGINES))
+    parser.add_argument("--work", type=Path, default=ROOT / "out" / "bench_scale")
+    parser.add_argument("--timeout-h", type=float, default=4.0, help="per engine and size")
+    parser.add_argument("--keep", action="store_true", help="keep each run's output")
+    args = parser.parse_args(argv)
+    args.work.mkdir(parents=True, exist_ok=True)
+    engines = list(args.engines)
+    cores = os.cpu_count() or 1
+    for n in args.sizes:
+        data = corpus(args.work, n)
+        first: Optional[dict[str, Any]] = None
+        finished = []
+        for engine in engines:
+            output = args.work / f"out-{engine}-{n}"
+            shutil.rmtree(output, ignore_errors=True)
+            result = run_engine(engine, job_config(args.work, data, output), args.work / f"log-{engine}-{n}.txt",
+                                args.timeout_h * 3600)
+            result.update(docs=n, cores=cores, input_bytes=data.stat().st_size)
+            if result["exit"] == 0:
+                summary = output_summary(output)
+                result["stages"] = {k: v["seconds"] for k, v in summary["stages"].items()}
+                result["dedup"] = summary["stages"].get("dedup_minhash", {}).get("counters")
+                result["docs_per_cpu_s"] = round(n / result["cpu_s"], 1)
+                result["docs_per_s_per_core_wall"] = round(n / result["wall_s"] / cores, 1)
+                first = first or summary
+                result["same_output_as_first"] = same_output(first, summary)
+                finished.append(engine)
+            with (args.work / "results.jsonl").open("a") as fh:
+                fh.write(json.dumps(result) + "\n")
+            print(json.dumps(result), flush=True)
+            if not args.keep:
+                shutil.rmtree(output, ignore_errors=True)
+        engines = finished
+        if not engines:
+            break
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

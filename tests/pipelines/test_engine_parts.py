@@ -1,0 +1,61 @@
+"""Engine parts without running an engine: options, a missing part, the launcher jar."""
+
+from __future__ import annotations
+
+import io
+import zipfile
+
+import pytest
+
+from pipelines.engines import ENGINES, EngineMissing, engine_args, write_launcher_jar
+from pipelines.run import main
+
+
+def test_missing_part_names_what_to_install(tmp_path, monkeypatch):
+    monkeypatch.setenv("TOKENFACTORY_ENGINES", str(tmp_path / "empty"))
+    for engine, tools in (("flink", "mvn"), ("spark", "mvn"), ("prism", "go")):
+        with pytest.raises(EngineMissing, match=rf"{engine}/.* is missing; run `make engines`.*{tools}"):
+            engine_args(engine)
+    assert engine_args("direct") == ["--runner=FnApiRunner"]  # needs nothing
+    config = tmp_path / "job.yaml"
+    (tmp_path / "x.jsonl").write_text('{"text": "x"}\n')
+    config.write_text(f"output: {tmp_path / 'out'}\ninputs:\n  - {{format: jsonl, path: {tmp_path / 'x.jsonl'}}}\n")
+    err = io.StringIO()
+    monkeypatch.setattr("sys.stderr", err)
+    assert main(["--config", str(config), "--engine", "flink"]) == 2
+    assert "engine error: flink:" in err.getvalue() and "make engines" in err.getvalue()
+
+
+def test_engine_options(tmp_path, monkeypatch):
+    monkeypatch.setenv("TOKENFACTORY_ENGINES", str(tmp_path))
+    for part, name in (("flink", "job-server.jar"), ("spark", "job-server.jar"), ("prism", "prism")):
+        (tmp_path / part).mkdir()
+        (tmp_path / part / name).write_bytes(b"x")
+    flink = engine_args("flink")
+    assert "--flink_master=[local]" in flink and "--environment_type=LOOPBACK" in flink
+    assert f"--flink_job_server_jar={tmp_path / 'flink' / 'job-server.jar'}" in flink
+    external = engine_args("flink", worker_pool="localhost:50000")
+    assert "--environment_type=EXTERNAL" in external and "--environment_config=localhost:50000" in external
+    assert "--spark_master_url=local[2]" in engine_args("spark")
+    assert f"--prism_location={tmp_path / 'prism' / 'prism'}" in engine_args("prism")
+    assert "--direct_running_mode=multi_processing" in engine_args("direct-mp")
+    with pytest.raises(ValueError, match="unknown engine 'storm'"):
+        engine_args("storm")
+    assert set(ENGINES) == {"direct", "direct-mp", "flink", "spark", "prism"}
+
+
+def test_launcher_jar_manifest_lists_every_jar(tmp_path):
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    names = [f"some-rather-long-artifact-name-number-{i:03d}-1.2.3.jar" for i in range(40)]
+    for name in names:
+        (lib / name).write_bytes(b"")
+    jar = tmp_path / "job-server.jar"
+    write_launcher_jar(jar, "org.example.Main")
+    raw = zipfile.ZipFile(jar).read("META-INF/MANIFEST.MF")
+    lines = raw.split(b"\r\n")
+    assert all(len(line) <= 72 for line in lines)  # the jar specification's line limit
+    logical = raw.replace(b"\r\n ", b"").decode().split("\r\n")
+    assert "Main-Class: org.example.Main" in logical
+    class_path = next(l for l in logical if l.startswith("Class-Path: ")).split()[1:]
+    assert class_path == [f"lib/{n}" for n in sorted(names)]
