@@ -1,6 +1,11 @@
 # Beam SDK worker image with tokenfactory installed: use it as the custom container on
 # Dataflow (--sdk_container_image), Flink and Spark portable runners
-# (--environment_type=DOCKER --environment_config=IMAGE).
+# (--environment_type=DOCKER --environment_config=IMAGE), or as the worker-pool sidecar
+# of a Flink task manager (--environment_type=EXTERNAL --environment_config=localhost:50000):
+#   command: ["python", "-m", "pipelines.worker_pool", "--service_port=50000",
+#             "--container_executable=/opt/apache/beam/boot"]
+# (Beam's own sidecar is `/opt/apache/beam/boot --worker_pool`; ours also restarts a
+# worker that dies before it connected, which otherwise leaves Flink waiting forever.)
 FROM apache/beam_python3.11_sdk:2.77.0
 
 WORKDIR /opt/tokenfactory

@@ -133,6 +133,17 @@ def _pss_kb(pid: int) -> int:
     return 0
 
 
+def _name(pid: int) -> str:
+    try:
+        cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+    except OSError:
+        return "?"
+    exe = os.path.basename(cmd[0].decode(errors="replace"))
+    if exe.startswith("python") and len(cmd) > 2 and cmd[1] in (b"-m", b"-c"):
+        return "python " + ("driver" if b"pipelines.run" in cmd[2] else "worker")
+    return exe
+
+
 def _cpu_s(pid: int) -> float:
     try:
         stat = open(f"/proc/{pid}/stat").read()
@@ -146,26 +157,37 @@ class TreeSampler(threading.Thread):
     """Each second: the PSS sum of a process and its descendants (peak kept), and the CPU
     seconds each process was last seen with."""
 
-    def __init__(self, pid: int) -> None:
+    def __init__(self, pid: int, limit_kb: int) -> None:
         super().__init__(daemon=True)
-        self.pid, self.peak_kb, self.cpu = pid, 0, {}
+        self.pid, self.peak_kb, self.cpu, self.limit_kb, self.over = pid, 0, {}, limit_kb, False
+        self.at_peak: dict[str, int] = {}  # process name → PSS MB at the peak
         self.stop = threading.Event()
 
     def run(self) -> None:
         while not self.stop.wait(1.0):
             pids = [self.pid] + _descendants(self.pid)
-            self.peak_kb = max(self.peak_kb, sum(_pss_kb(p) for p in pids))
+            sizes = {p: _pss_kb(p) for p in pids}
+            if sum(sizes.values()) > self.peak_kb:
+                self.peak_kb = sum(sizes.values())
+                self.at_peak = {}
+                for p, kb in sizes.items():
+                    name = _name(p)
+                    self.at_peak[name] = self.at_peak.get(name, 0) + kb // 1024
             for p in pids:
                 self.cpu[p] = max(self.cpu.get(p, 0.0), _cpu_s(p))
+            if sum(sizes.values()) > self.limit_kb and not self.over:
+                self.over = True  # stop before the machine's OOM killer picks a victim
+                os.killpg(self.pid, 9)
 
 
-def run_engine(engine: str, config: Path, log: Path, timeout_s: float) -> dict[str, Any]:
+def run_engine(engine: str, config: Path, log: Path, timeout_s: float,
+               extra: tuple[str, ...] = (), limit_gb: float = 20.0) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "pipelines.run", "--config", str(config), "--engine", engine,
-           "--no-progress", "--no-report", "--log-level", "INFO"]
+           "--no-progress", "--no-report", "--log-level", "INFO"] + list(extra)
     t0 = time.perf_counter()
     with log.open("w") as out:
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        sampler = TreeSampler(proc.pid)
+        sampler = TreeSampler(proc.pid, int(limit_gb * 1024 * 1024))
         sampler.start()
         deadline = time.monotonic() + timeout_s
         status, usage = None, None
@@ -181,13 +203,15 @@ def run_engine(engine: str, config: Path, log: Path, timeout_s: float) -> dict[s
                 time.sleep(0.5)
         sampler.stop.set()
         sampler.join()
+        if sampler.over:
+            status = f"killed above {limit_gb:g} GB"
     proc.returncode = status if isinstance(status, int) else -9
     wall = time.perf_counter() - t0
     tree_cpu = usage.ru_utime + usage.ru_stime
     return {"engine": engine, "exit": status, "wall_s": round(wall, 1),
             "cpu_s": round(max(tree_cpu, sum(sampler.cpu.values())), 1),
             "cpu_s_wait4": round(tree_cpu, 1), "cpu_s_sampled": round(sum(sampler.cpu.values()), 1),
-            "peak_pss_mb": round(sampler.peak_kb / 1024)}
+            "peak_pss_mb": round(sampler.peak_kb / 1024), "peak_by_process_mb": sampler.at_peak}
 
 
 # --- outputs ---------------------------------------------------------------------------
@@ -222,6 +246,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--work", type=Path, default=ROOT / "out" / "bench_scale")
     parser.add_argument("--timeout-h", type=float, default=4.0, help="per engine and size")
     parser.add_argument("--keep", action="store_true", help="keep each run's output")
+    parser.add_argument("--max-memory-gb", type=float, default=20.0,
+                        help="a run whose process tree passes this is stopped (default 20 of 24 GB)")
+    parser.add_argument("--beam-arg", action="append", default=[], dest="beam_args",
+                        help="a Beam option for every run, e.g. --beam-arg=--job_server_jvm_properties=-Xmx2g")
     args = parser.parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
     engines = list(args.engines)
@@ -234,7 +262,8 @@ def main(argv: Optional[list[str]] = None) -> int:
             output = args.work / f"out-{engine}-{n}"
             shutil.rmtree(output, ignore_errors=True)
             result = run_engine(engine, job_config(args.work, data, output), args.work / f"log-{engine}-{n}.txt",
-                                args.timeout_h * 3600)
+                                args.timeout_h * 3600, tuple(args.beam_args), args.max_memory_gb)
+            result["beam_args"] = args.beam_args
             result.update(docs=n, cores=cores, input_bytes=data.stat().st_size)
             if result["exit"] == 0:
                 summary = output_summary(output)

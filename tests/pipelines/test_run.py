@@ -213,7 +213,7 @@ def test_a_failing_stage_ends_the_job_cleanly_and_resumes(tmp_path, capsys):
     assert code == 1
     assert "extract" in table and "ran in" in table and "tokenizer " not in table
     err = capsys.readouterr().err
-    assert "stage tokenizer failed: ValueError: no documents to train the tokenizer on" in err
+    assert "stage tokenizer failed on FnApiRunner: ValueError: no documents to train the tokenizer on" in err
     config.write_text(body + "extract:\n  min_chars: 10\n")
     code, table = run(["--config", str(config), "--no-progress"])
     assert code == 0 and "tokenize " in table
