@@ -4,8 +4,10 @@
 sample of the last document stage and writes ``<output>/tokenizer/tokenizer.model``.
 
 ``tokenize``: a Beam pipeline writes the shards of a new, immutable dataset version
-``<output>/tokens/<version>/``; then the driver writes ``documents/`` (document id →
-shard, position, tokens) and, last, ``index.json``: every shard with its counts, bytes,
+``<output>/tokens/<version>/``, each shard with its documents table beside it
+(``documents/<shard>.parquet``: document id → shard, position; written by the worker that
+wrote the shard, so no list of every document passes through the driver); then the
+driver writes, last, ``index.json``: every shard with its counts, bytes,
 checksum and tier, the tokenizer's sha256, the dataset version and its lineage (config
 hash and the manifests of the input stage). Readers trust only what ``index.json`` lists.
 """
@@ -18,8 +20,6 @@ from datetime import datetime, timezone
 from typing import Any
 
 import apache_beam as beam
-import pyarrow as pa
-import pyarrow.parquet as pq
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -31,7 +31,7 @@ from transforms.tokenize.tokenize import TokenizeConfig, TokenizeToShards
 
 _LOGGER = logging.getLogger(__name__)
 
-INDEX_VERSION = 1
+INDEX_VERSION = 2  # 2: a documents table per shard (1: one documents/part-00000-of-00001.parquet)
 
 
 def tokenizer_path(output: str) -> str:
@@ -118,7 +118,6 @@ class TokenizeDriver:
         result = pipeline.run()
         result.wait_until_finish()
         records = sorted(_read_records(self.work), key=lambda r: r["name"])
-        self._write_documents(records)
         self.tokenizer_sha256 = sha256_file(local_copy(self.model))
         import sentencepiece as spm
 
@@ -140,18 +139,6 @@ class TokenizeDriver:
         return {"dataset_version": self.version, "tokenizer": self.model,
                 "tokenizer_sha256": self.tokenizer_sha256}
 
-    def _write_documents(self, records: list[dict[str, Any]]) -> None:
-        rows = {"id": [], "shard": [], "position": []}
-        for record in records:
-            for position, doc_id in enumerate(record["doc_ids"]):
-                rows["id"].append(doc_id)
-                rows["shard"].append(record["name"])
-                rows["position"].append(position)
-        path = FileSystems.join(self.directory, "documents", "part-00000-of-00001.parquet")
-        with FileSystems.create(path + ".tmp", compression_type=CompressionTypes.UNCOMPRESSED) as fh:
-            pq.write_table(pa.table(rows), fh, compression="zstd")
-        FileSystems.rename([path + ".tmp"], [path])
-
     def _write_index(self, records: list[dict[str, Any]], tokenizer_sha: str) -> None:
         upstream = read_manifest(self.output, self.upstream_stage)
         index = {
@@ -163,7 +150,7 @@ class TokenizeDriver:
             "eos_appended": self.config.append_eos,
             "num_shards": len(records), "num_docs": sum(r["num_docs"] for r in records),
             "num_tokens": sum(r["num_tokens"] for r in records),
-            "shards": [{k: r[k] for k in ("name", "num_docs", "num_tokens", "num_bytes", "sha256")}
+            "shards": [{k: r[k] for k in ("name", "num_docs", "num_tokens", "num_bytes", "sha256", "documents")}
                        | {"tier": self.tier} for r in records],
             "lineage": {"config_hash": self.config_hash, "input_stage": self.upstream_stage,
                         "input_fingerprint": upstream.inputs_fingerprint if upstream else None,

@@ -107,9 +107,19 @@ def read_index(fs: Any, version_dir: str) -> dict[str, Any]:
 
 def version_files(index: dict[str, Any]) -> list[tuple[str, Optional[str]]]:
     """(relative path, expected sha256 or None) of every file of the version but index.json."""
-    files: list[tuple[str, Optional[str]]] = [(s["name"], s["sha256"]) for s in index["shards"]]
-    files.append(("documents/part-00000-of-00001.parquet", None))
-    return files
+    files: list[tuple[str, Optional[str]]] = [(_relative(s["name"]), s["sha256"]) for s in index["shards"]]
+    documents = [_relative(s["documents"]) for s in index["shards"] if "documents" in s]
+    if int(index.get("index_version", 1)) < 2:  # version 1: one documents table
+        documents = ["documents/part-00000-of-00001.parquet"]
+    return files + [(d, None) for d in documents]
+
+
+def _relative(name: Any) -> str:
+    """A file name from an index, checked: relative, inside the version, no ``..``."""
+    parts = str(name).replace("\\", "/").split("/")
+    if not isinstance(name, str) or not name or name.startswith("/") or any(p in ("", ".", "..") for p in parts):
+        raise TierError(f"index.json names a file outside its version: {name!r}")
+    return name
 
 
 def _shard_in_place(fs: Any, path: str, sha: Optional[str], size: Optional[int]) -> bool:
@@ -240,7 +250,7 @@ def verify_version(url: str, version: str, storage: StorageConfig) -> list[str]:
         return [f"{directory}/index.json: missing (incomplete version)"]
     problems = []
     for shard in index["shards"]:
-        path = _join(directory, shard["name"])
+        path = _join(directory, _relative(shard["name"]))
         try:
             with fs.open(path, "rb") as fh:
                 data = fh.read()

@@ -57,6 +57,10 @@ def test_given_tokenizer_round_trip_every_document_once(tmp_path):
         shard = decode_shard((directory / entry["name"]).read_bytes(), entry["name"])
         assert shard.num_docs == entry["num_docs"] and len(shard.tokens) == entry["num_tokens"]
         ids = [p["id"] for p in sorted(positions, key=lambda p: p["position"]) if p["shard"] == entry["name"]]
+        # each shard's own documents table (written beside it by the worker) lists exactly its docs
+        own = pq.read_table(directory / entry["documents"]).to_pylist()
+        assert entry["documents"] == "documents/" + entry["name"].replace(".tfs", ".parquet")
+        assert [p["id"] for p in own] == ids and [p["position"] for p in own] == list(range(len(ids)))
         for i, doc_id in enumerate(ids):
             tokens = shard.doc(i).tolist()
             assert tokens[-1] == sp.eos_id()

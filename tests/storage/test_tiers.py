@@ -14,7 +14,7 @@ import pytest
 
 from storage.shards import encode_shard
 from storage.tiers import (StorageConfig, TierError, copy_version, delete_version, gc, list_versions,
-                           main, verify_version)
+                           main, verify_version, version_files)
 from tests.s3server import s3_endpoint, s3_env  # noqa: F401 (fixtures)
 
 
@@ -28,10 +28,11 @@ def make_version(root: Path, version: str, shards: int = 4, seed: int = 0) -> di
         data, n_docs, n_tokens, sha = encode_shard(docs, np.dtype(np.uint16))
         name = f"shard-{i:05d}-of-{shards:05d}.tfs"
         (directory / name).write_bytes(data)
+        documents = f"documents/shard-{i:05d}-of-{shards:05d}.parquet"
+        (directory / documents).write_bytes(b"PAR1 stand-in %d" % i)
         entries.append({"name": name, "num_docs": n_docs, "num_tokens": n_tokens, "num_bytes": len(data),
-                        "sha256": sha, "tier": "warm"})
-    (directory / "documents" / "part-00000-of-00001.parquet").write_bytes(b"PAR1 stand-in")
-    index = {"version": version, "shards": entries}
+                        "sha256": sha, "tier": "warm", "documents": documents})
+    index = {"version": version, "index_version": 2, "shards": entries}
     (directory / "index.json").write_text(json.dumps(index))
     return index
 
@@ -47,14 +48,14 @@ def test_demote_to_s3_with_storage_class_and_sse_then_promote(tmp_path, s3_env):
     storage = StorageConfig(warm=str(tmp_path / "warm"), cold=f"s3://{bucket()}/tokens",
                             hot=str(tmp_path / "hot"), s3_storage_class="STANDARD_IA", s3_sse="AES256")
     result = copy_version("v1", storage.warm, storage.cold, storage)
-    assert result["sent"] == 5 and result["skipped"] == 0
+    assert result["sent"] == 8 and result["skipped"] == 0  # 4 shards + their 4 documents tables
     assert verify_version(storage.cold, "v1", storage) == []
     s3 = boto3.client("s3")
     key = storage.cold[len("s3://"):].split("/", 1)
     head = s3.head_object(Bucket=key[0], Key=f"{key[1]}/v1/shard-00000-of-00004.tfs")
     assert head.get("StorageClass") == "STANDARD_IA" and head.get("ServerSideEncryption") == "AES256"
     promoted = copy_version("v1", storage.cold, storage.hot, storage)
-    assert promoted["sent"] == 5
+    assert promoted["sent"] == 8
     assert (tmp_path / "hot" / "v1" / "shard-00003-of-00004.tfs").read_bytes() == \
         (tmp_path / "warm" / "v1" / "shard-00003-of-00004.tfs").read_bytes()
 
@@ -67,8 +68,24 @@ def test_resumed_copy_sends_only_what_is_missing(tmp_path, s3_env):
         fs.put(str(tmp_path / "warm" / "v1" / name), f"{storage.cold}/v1/{name}")
     assert list_versions(storage.cold, storage) == []  # no index.json yet: invisible
     result = copy_version("v1", storage.warm, storage.cold, storage)
-    assert (result["sent"], result["skipped"]) == (3, 2)
+    assert (result["sent"], result["skipped"]) == (6, 2)
     assert list_versions(storage.cold, storage) == ["v1"]
+
+
+def test_version_files_per_shard_documents_legacy_and_hostile_names():
+    shards = [{"name": f"shard-{i:05d}-of-00002.tfs", "sha256": f"s{i}",
+               "documents": f"documents/shard-{i:05d}-of-00002.parquet"} for i in range(2)]
+    assert version_files({"index_version": 2, "shards": shards}) == [
+        ("shard-00000-of-00002.tfs", "s0"), ("shard-00001-of-00002.tfs", "s1"),
+        ("documents/shard-00000-of-00002.parquet", None), ("documents/shard-00001-of-00002.parquet", None)]
+    legacy = [{k: v for k, v in s.items() if k != "documents"} for s in shards]
+    assert version_files({"index_version": 1, "shards": legacy})[-1] == ("documents/part-00000-of-00001.parquet", None)
+    assert version_files({"shards": legacy})[-1] == ("documents/part-00000-of-00001.parquet", None)
+    for bad in ("../../etc/passwd", "/abs/shard.tfs", "documents/../../x", "a//b", "", "./x"):
+        with pytest.raises(TierError, match="outside its version"):
+            version_files({"index_version": 2, "shards": [{"name": bad, "sha256": "s"}]})
+        with pytest.raises(TierError, match="outside its version"):
+            version_files({"index_version": 2, "shards": [dict(shards[0], documents=bad)]})
 
 
 def test_corruption_detected_in_source_and_destination(tmp_path, s3_env):

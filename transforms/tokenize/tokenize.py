@@ -19,6 +19,8 @@ from typing import Any, Iterable, Iterator, Optional
 
 import apache_beam as beam
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.utils import shared
@@ -96,6 +98,31 @@ class _EncodeFn(beam.DoFn):
             yield doc.id, np.asarray(pieces, dtype=tok.dtype)
 
 
+DOCUMENTS_SCHEMA = pa.schema([("id", pa.string()), ("shard", pa.string()), ("position", pa.int64())])
+
+
+def documents_file(shard_name: str) -> str:
+    """The documents table of a shard, relative to the version: ``documents/<stem>.parquet``."""
+    return f"documents/{shard_name.rsplit('.', 1)[0]}.parquet"
+
+
+def _parquet_bytes(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="zstd")
+    return sink.getvalue().to_pybytes()
+
+
+def write_atomic(path: str, data: bytes) -> None:
+    """Writes ``path`` through a hidden temporary name beside it, then renames."""
+    head, name = path.rsplit("/", 1)
+    tmp = FileSystems.join(head, f".tmp-{name}")
+    with FileSystems.create(tmp, compression_type=CompressionTypes.UNCOMPRESSED) as fh:
+        fh.write(data)
+    if FileSystems.exists(path):
+        FileSystems.delete([path])
+    FileSystems.rename([tmp], [path])
+
+
 class _WriteShardFn(beam.DoFn):
     """One shard per bucket: documents sorted by their shuffle key, written atomically."""
 
@@ -109,15 +136,16 @@ class _WriteShardFn(beam.DoFn):
         dtype = ordered[0][1].dtype
         data, n_docs, n_tokens, sha = encode_shard([t for _, t in ordered], dtype)
         name = f"shard-{bucket:05d}-of-{shards:05d}.tfs"
-        final = FileSystems.join(self._directory, name)
-        tmp = FileSystems.join(self._directory, f".tmp-{name}")
-        with FileSystems.create(tmp, compression_type=CompressionTypes.UNCOMPRESSED) as fh:
-            fh.write(data)
-        if FileSystems.exists(final):
-            FileSystems.delete([final])
-        FileSystems.rename([tmp], [final])
+        write_atomic(FileSystems.join(self._directory, name), data)
+        # The shard's documents table is written here, beside the shard, not by the driver:
+        # a dataset of a billion documents never passes its ids through one process.
+        documents = documents_file(name)
+        table = pa.table({"id": [doc_id for doc_id, _ in ordered], "shard": [name] * len(ordered),
+                          "position": list(range(len(ordered)))},
+                         schema=DOCUMENTS_SCHEMA)
+        write_atomic(FileSystems.join(self._directory, documents), _parquet_bytes(table))
         yield {"name": name, "num_docs": n_docs, "num_tokens": n_tokens, "num_bytes": len(data),
-               "sha256": sha, "dtype": str(dtype), "doc_ids": [doc_id for doc_id, _ in ordered]}
+               "sha256": sha, "dtype": str(dtype), "documents": documents}
 
 
 class TokenizeToShards(beam.PTransform):
