@@ -8,6 +8,7 @@ import os
 
 import apache_beam as beam
 import pytest
+import requests
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 from warcio.archiveiterator import ArchiveIterator
@@ -74,11 +75,55 @@ def test_robots_nofollow_depth_and_dedup_are_respected(crawled: tuple[Site, list
     assert paths.count("/robots.txt") == 1
 
 
-def test_politeness_delay_from_crawl_delay(crawled: tuple[Site, list[object]]) -> None:
-    site, _ = crawled
-    times = [t for t, _ in site.requests]
-    gaps = [b - a for a, b in zip(times, times[1:])]
-    assert min(gaps) >= 0.045  # Crawl-delay: 0.05 (min_delay_s is 0)
+class _FakeTime:
+    """The client's clock and sleep: time moves only when the client sleeps or a request
+    is sent, so the spacing measured is what the crawler decided, not the machine's load."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.sleeps: list[float] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+class _RecordingSession(requests.Session):
+    """A real session that notes the (fake) time each request is sent; a request takes
+    10 ms of fake time."""
+
+    def __init__(self, fake: _FakeTime) -> None:
+        super().__init__()
+        self.fake, self.sent = fake, []
+
+    def get(self, url: str, **kwargs: object) -> requests.Response:  # type: ignore[override]
+        self.sent.append((self.fake.now, url))
+        self.fake.now += 0.01
+        return super().get(url, **kwargs)
+
+
+@pytest.mark.parametrize("min_delay_s, expected_gap", [(0.0, 0.05), (0.2, 0.2)])
+def test_politeness_delay_from_crawl_delay(min_delay_s: float, expected_gap: float) -> None:
+    """Requests to a host start max(min_delay_s, Crawl-delay: 0.05) apart, measured on the
+    client's own clock (the server's arrival times vary with the machine's load)."""
+    fake = _FakeTime()
+    policy = FetchPolicy(user_agent="testbot/1.0", timeout_s=5.0, min_delay_s=min_delay_s, max_retries=0)
+    with Site(slow_s=0.2) as site:
+        session = _RecordingSession(fake)
+        client = HostClient(policy, session=session, sleep=fake.sleep, clock=fake.clock)
+        try:
+            config = CrawlConfig(policy=policy, max_depth=1, max_pages_per_host=6)
+            list(HostCrawl(site.url, config, client).run([site.url + "/"]))
+        finally:
+            client.close()
+    times = [t for t, _ in session.sent]
+    assert session.sent[0][1].endswith("/robots.txt") and len(times) >= 5
+    gaps = [round(b - a, 9) for a, b in zip(times, times[1:])]
+    assert gaps == [expected_gap] * len(gaps)  # never sooner, and no needless waiting
+    assert all(s > 0 for s in fake.sleeps)
 
 
 def test_retries_and_fetch_log(crawled: tuple[Site, list[object]]) -> None:
