@@ -194,7 +194,8 @@ def iter_warc(fh: IO[bytes], url: str, limits: WarcLimits, stage: str) -> Iterat
         return
     while base < size:
         fh.seek(base)
-        iterator = ArchiveIterator(fh, arc2warc=True)
+        # arc2warc only for ARC files: on a WARC file it reads damaged bytes as ARC headers.
+        iterator = ArchiveIterator(fh, arc2warc=kind == "arc")
         damaged_at: Optional[int] = None
         error: Optional[BaseException] = None
         good_end = base  # where the bytes after the last intact record begin
@@ -207,7 +208,7 @@ def iter_warc(fh: IO[bytes], url: str, limits: WarcLimits, stage: str) -> Iterat
                 else:
                     item = record.rec_type
                 _drain(record.raw_stream)
-                offset = base + iterator.get_record_offset()
+                offset = iterator.get_record_offset()  # absolute: warcio starts at fh.tell()
                 if isinstance(item, RawRecord):
                     record_id = (arc_record_id(url, offset, item.url, item.fetched_at) if kind == "arc"
                                  else item.record_id)
@@ -218,10 +219,10 @@ def iter_warc(fh: IO[bytes], url: str, limits: WarcLimits, stage: str) -> Iterat
                                      f"({missing} of {record.length} bytes missing)")
                     damaged_at = offset
                     break
-                good_end = base + iterator.member_info[0] + iterator.member_info[1]
+                good_end = iterator.member_info[0] + iterator.member_info[1]
                 yield item
             else:
-                end = base + iterator.offset
+                end = iterator.offset
                 if _has_data_after(fh, end):
                     damaged_at = end
                     error = EOFError(f"{url}: unreadable bytes from offset {end} of {size}")
