@@ -127,8 +127,8 @@ class HostCrawl:
         self.robots = robots_for_status(status, text, self.config.policy.user_agent)
         if self.robots.crawl_delay:
             self.client.delay_s = max(self.client.delay_s, self.robots.crawl_delay)
-        _LOGGER.info("%s robots.txt: status %s, %d rules, delay %.2fs", self.host, status,
-                     len(self.robots.rules), self.client.delay_s)
+        _LOGGER.info("%s robots.txt: status %s%s, delay %.2fs", self.host, status,
+                     " (disallows everything)" if self.robots.blocked else "", self.client.delay_s)
 
     def run(self, seeds: Sequence[str]) -> Iterator[object]:
         yield from self._load_robots()
