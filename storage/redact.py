@@ -1,0 +1,53 @@
+"""Credentials out of messages: the userinfo of every URL inside a text is replaced.
+
+``s3://KEY:SECRET@bucket/x`` becomes ``s3://***@bucket/x`` wherever it appears in an
+error, a log line or a report. Two shapes are recognised:
+
+* the standard one, ``scheme://userinfo@host``, where the userinfo holds no ``/``, ``?``
+  or ``#``;
+* a ``key:secret`` pair whose secret holds ``/``, ``?`` or ``#`` unencoded (AWS secret
+  keys often hold ``/`` and ``+``): the authority before the first of those has a colon
+  that is not followed by a port number. Everything up to the last ``@`` of the URL is
+  then replaced, since a URL parser would read part of the secret as the path.
+
+``https://medium.com/@user/post`` and ``http://host:8080/a@b`` keep their ``@``: no
+credentials are recognised there. Beam-free and dependency-free (``storage/`` is the
+bottom layer), so every layer can call it.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+
+_LOGGER = logging.getLogger(__name__)
+
+MASK = "***"
+
+# scheme "://" then the rest of the URL up to whitespace, a quote or an angle bracket
+# (the ends a URL has when quoted by repr(), in JSON, in HTML or in prose).
+_URL = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.\-]*://)(?P<rest>[^\s'\"<>`]*)")
+_STANDARD = re.compile(r"^[^/?#]*@")  # userinfo: up to the last '@' before any / ? #
+_NOT_A_PORT = re.compile(r":(?![0-9]*$)")  # a colon not followed by digits only
+
+
+def _redact_rest(rest: str) -> str:
+    """``rest`` (what follows ``scheme://``) with any userinfo replaced by the mask."""
+    authority = re.split(r"[/?#]", rest, maxsplit=1)[0]
+    if "@" in authority:
+        return MASK + rest[_STANDARD.match(rest).end() - 1:]  # type: ignore[union-attr]
+    if _NOT_A_PORT.search(re.sub(r"\[[^\]]*\]", "", authority)) and "@" in rest:
+        return MASK + rest[rest.rindex("@"):]
+    return rest
+
+
+def redact_url(text: str) -> str:
+    """``text`` with the userinfo (user, password, access keys) of every URL in it masked."""
+    if "://" not in text:
+        return text
+    return _URL.sub(lambda m: m.group("scheme") + _redact_rest(m.group("rest")), text)
+
+
+def has_userinfo(url: str) -> bool:
+    """Whether ``url`` carries credentials that ``redact_url`` would mask."""
+    return redact_url(url) != url
