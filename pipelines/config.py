@@ -6,7 +6,10 @@ file each raise one ``ConfigError`` that names the file and the key, e.g.
 ``configs/demo.yaml: crawl.min_delay_s: expected a number, got 'fast'``.
 
 Relative paths are resolved against the working directory (run jobs from the project
-root, as ``make run`` does).
+root, as ``make run`` does). The YAML is read with bounded cost (``pipelines.config_yaml``),
+inputs that the job's own outputs would overwrite or delete are refused
+(``pipelines.config_paths``), and every message has URL credentials masked and quotes
+a bounded part of a value (``pipelines.config_errors``).
 """
 
 from __future__ import annotations
@@ -14,12 +17,12 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
+import math
 import types
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
-
-import yaml
 
 from transforms.clean.clean import CleanConfig
 from transforms.crawl.crawler import CrawlConfig
@@ -30,13 +33,15 @@ from transforms.crawl.fetcher import FetchPolicy
 from transforms.extract.extract import ExtractConfig
 from transforms.label.label import LabelConfig
 from transforms.readers.tabular import TextFields
+from pipelines.config_errors import ConfigError, quote
+from pipelines.config_paths import check_job_paths, check_no_credentials
+from pipelines.config_yaml import read_yaml_file
+
+_LOGGER = logging.getLogger(__name__)
 
 STAGES = ("crawl", "extract", "clean", "dedup_exact", "dedup_minhash", "label", "tokenizer", "tokenize")
 INPUT_FORMATS = ("warc", "wet", "arc", "jsonl", "parquet")
-
-
-class ConfigError(ValueError):
-    """A configuration problem, with the file and key it concerns."""
+INT_RANGE = (-(1 << 63), (1 << 63) - 1)  # integer keys end up in Parquet, Beam coders, numpy
 
 
 @dataclass(frozen=True)
@@ -193,30 +198,39 @@ def _convert(value: Any, tp: Any, key: str) -> Any:
         return None if value is None else _convert(value, args[0], key)
     if origin is tuple:
         if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{key}: expected a list, got {value!r}")
+            raise ConfigError(f"{key}: expected a list, got {quote(value)}")
         item_type = typing.get_args(tp)[0]
         return tuple(_convert(v, item_type, f"{key}[{i}]") for i, v in enumerate(value))
     if dataclasses.is_dataclass(tp):
         return from_mapping(tp, value, key)
     if tp is float and isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
+        try:
+            number = float(value)
+        except OverflowError:
+            number = math.inf
+        if not math.isfinite(number):
+            raise ConfigError(f"{key}: expected a finite number, got {quote(value)}")
+        return number
     if tp is int and isinstance(value, int) and not isinstance(value, bool):
+        if not INT_RANGE[0] <= value <= INT_RANGE[1]:
+            raise ConfigError(f"{key}: expected an integer within 64 bits, got {quote(value)}")
         return value
     if tp in (bool, str) and isinstance(value, tp):
         return value
-    raise ConfigError(f"{key}: expected {_type_name(tp)}, got {value!r}")
+    raise ConfigError(f"{key}: expected {_type_name(tp)}, got {quote(value)}")
 
 
 def from_mapping(cls: type, data: Any, key: str = "") -> Any:
     """A ``cls`` dataclass from a YAML mapping, checking keys, types and values."""
     where = key or "top level"
     if not isinstance(data, dict):
-        raise ConfigError(f"{where}: expected a mapping, got {data!r}")
+        raise ConfigError(f"{where}: expected a mapping, got {quote(data)}")
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init and f.compare}
-    unknown = sorted(set(data) - set(fields))
+    unknown = sorted(set(data) - set(fields), key=str)  # YAML keys may be numbers or null
     if unknown:
-        raise ConfigError(f"{key + '.' if key else ''}{unknown[0]}: unknown key "
+        name = unknown[0] if isinstance(unknown[0], str) else quote(unknown[0])
+        raise ConfigError(f"{key + '.' if key else ''}{name}: unknown key "
                           f"(allowed in {where}: {', '.join(sorted(fields))})")
     kwargs = {}
     for name, value in data.items():
@@ -236,13 +250,7 @@ def from_mapping(cls: type, data: Any, key: str = "") -> Any:
 def load_config(path: str, output: Optional[str] = None,
                 stages: Optional[tuple[str, ...]] = None, check_models: bool = True) -> JobConfig:
     """The validated ``JobConfig`` of a YAML file, with command-line overrides."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = yaml.safe_load(fh)
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: config file not found") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    data = read_yaml_file(path)
     data = dict(data or {}) if isinstance(data, dict) or data is None else data
     if isinstance(data, dict):
         if output:
@@ -254,6 +262,7 @@ def load_config(path: str, output: Optional[str] = None,
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from None
     config = dataclasses.replace(config, source_file=path)
+    check_no_credentials(config)
     check_files(config)
     if check_models:
         check_model_files(config)
@@ -306,23 +315,8 @@ def check_model_files(config: JobConfig) -> None:
 
 
 def check_files(config: JobConfig) -> None:
-    """Every input pattern matches a file and the seeds file exists (remote ones too)."""
-    from transforms.readers.files import match_pattern
-
-    where = config.source_file
-    for i, spec in enumerate(config.inputs):
-        try:
-            refs = match_pattern(spec.path)
-        except Exception as exc:  # FileNotFoundError, PermissionError, network errors
-            raise ConfigError(f"{where}: inputs[{i}].path: cannot read {spec.path!r}: {exc}") from None
-        if not refs:
-            raise ConfigError(f"{where}: inputs[{i}].path: no file matches {spec.path!r}")
-    if config.crawl is not None and config.crawl.seeds_file:
-        try:
-            match_pattern(config.crawl.seeds_file)
-        except Exception as exc:
-            raise ConfigError(f"{where}: crawl.seeds_file: cannot read "
-                              f"{config.crawl.seeds_file!r}: {exc}") from None
+    """The output and the inputs: see ``pipelines.config_paths.check_job_paths``."""
+    check_job_paths(config)
 
 
 def configure_filesystems(config: JobConfig, cli_args: tuple[str, ...] | list[str] = ()) -> None:

@@ -126,3 +126,257 @@ def test_missing_or_corrupt_model_fails_before_the_pipeline(tmp_path):
     assert config.active_stages() == ("extract", "clean")
     with pytest.raises(ConfigError, match=r"clean\.langid: threshold must be in"):
         load_config(clean_config(tmp_path, f"{lid}\n    threshold: 7"))
+
+
+# ---------------------------------------------------------------- inputs inside the output (issue 13.5)
+
+import json  # noqa: E402
+import math  # noqa: E402
+import os  # noqa: E402
+
+import pyarrow as pa  # noqa: E402
+import pyarrow.parquet as pq  # noqa: E402
+
+from pipelines.config_paths import OUTPUT_AREAS, input_problem, location, may_match_within  # noqa: E402
+from pipelines.config_yaml import MAX_CONFIG_BYTES, MAX_DEPTH, MAX_NODES  # noqa: E402
+from transforms.crawl.fetcher import FetchPolicy  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def parquet_docs(path: Path, n: int = 5) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table({"id": [f"d{i}" for i in range(n)], "url": [f"https://e.org/{i}" for i in range(n)],
+                             "text": [f"document number {i} " * 20 for i in range(n)]}), path)
+    return path
+
+
+def input_job(tmp_path: Path, output: str, pattern: str, fmt: str = "parquet") -> str:
+    return write(tmp_path, f"output: {json.dumps(output)}\ninputs:\n  - format: {fmt}\n"
+                           f"    path: {json.dumps(pattern)}\n")
+
+
+def test_an_input_under_the_output_is_not_deleted_before_it_is_read(tmp_path, capsys):
+    """The tester's case: a stage's earlier output given as the input of a job writing to the
+    same output. Before, extract cleared docs/extract/ (the input) and ended with exit 0."""
+    out = tmp_path / "OUT"
+    part = parquet_docs(out / "docs" / "extract" / "part-00000-of-00001.parquet")
+    config = input_job(tmp_path, str(out), str(out / "docs" / "extract" / "*.parquet"))
+    assert main(["--config", config, "--no-progress", "--no-report", "--runner=FnApiRunner"]) == 2
+    err = capsys.readouterr().err
+    assert "inputs[0].path" in err and "docs/" in err and "would be lost" in err
+    assert pq.read_table(part).num_rows == 5  # still there
+
+
+@pytest.mark.parametrize("pattern", [
+    "{out}/docs/extract/*.parquet",
+    "{out}/docs/extract/part-00000-of-00001.parquet",
+    "{out}/./docs/../docs//extract/*.parquet",
+    "file://{out}/docs/extract/*.parquet",
+    "{link}/docs/extract/*.parquet",  # a symlink to the output
+    "{out}/*/extract/*.parquet",
+    "{out}/d?cs/[e]xtract/*.parquet",
+    "{root}/**/*.parquet",  # the output lies below the glob
+    "{out}/failed/clean/*.parquet",
+    "{out}/crawl/warc/*.parquet",
+])
+def test_input_patterns_that_reach_the_output_are_refused(tmp_path, pattern):
+    out = tmp_path / "root" / "OUT"
+    parquet_docs(out / "docs" / "extract" / "part-00000-of-00001.parquet")
+    parquet_docs(out / "failed" / "clean" / "part-00000-of-00001.parquet")
+    parquet_docs(out / "crawl" / "warc" / "x.parquet")
+    os.symlink(out, tmp_path / "link")
+    text = pattern.format(out=out, link=tmp_path / "link", root=tmp_path / "root")
+    for output in (str(out), str(out) + "/", f"{tmp_path}/root/../root/OUT"):
+        with pytest.raises(ConfigError, match=r"inputs\[0\]\.path: .* under the output"):
+            load_config(input_job(tmp_path, output, text))
+
+
+def test_a_matched_file_that_is_a_symlink_into_the_output_is_refused(tmp_path):
+    out = tmp_path / "OUT"
+    part = parquet_docs(out / "docs" / "clean" / "part.parquet")
+    (tmp_path / "data").mkdir()
+    os.symlink(part, tmp_path / "data" / "a.parquet")
+    with pytest.raises(ConfigError, match=r"matches .*a\.parquet', which is really .*docs/clean/part"):
+        load_config(input_job(tmp_path, str(out), str(tmp_path / "data" / "*.parquet")))
+
+
+@pytest.mark.parametrize("area", OUTPUT_AREAS)
+def test_every_area_the_job_writes_is_off_limits_for_inputs(tmp_path, area):
+    assert input_problem(f"/j/out/{area}/x/y.jsonl", "/j/out")
+    assert input_problem(f"s3://b/out/{area}/*.jsonl", "s3a://b/out/")
+    assert not input_problem(f"/j/out/{area}x/y.jsonl", "/j/out")
+
+
+def test_areas_match_what_a_real_run_writes(tmp_path):
+    """Every top-level folder a real job creates under its output is an area."""
+    data = parquet_docs(tmp_path / "data" / "docs.parquet")
+    out = tmp_path / "out"
+    config = input_job(tmp_path, str(out), str(data))
+    assert main(["--config", config, "--no-progress", "--runner=FnApiRunner", "--log-level", "WARNING"]) == 0
+    written = {p.name for p in out.iterdir()}
+    assert {"docs", "manifests", "report"} <= written and written <= set(OUTPUT_AREAS)
+
+
+def test_inputs_elsewhere_under_the_output_and_remote_overlaps(tmp_path):
+    out = tmp_path / "OUT"
+    raw = parquet_docs(out / "raw" / "docs.parquet")  # the user's own folder under the output
+    assert load_config(input_job(tmp_path, str(out), str(raw))).inputs[0].path == str(raw)
+    assert input_problem("s3://bucket/job/docs/extract/*.parquet", "s3a://bucket/job/")
+    assert input_problem("gcs://Bucket/job/**", "gs://bucket/job")
+    assert not input_problem("s3://bucket/job2/docs/x", "s3://bucket/job")
+    assert not input_problem("s3://other/job/docs/x", "s3://bucket/job")
+    assert not input_problem(f"{out}/docs/extract/*.parquet", "s3://bucket" + str(out))
+    assert location("s3://b/a/../k?.json").parts == ("k?.json",)  # '?' is a glob, not a query
+    assert may_match_within(location("/a/*/c"), location("/a/b/c"))
+    assert not may_match_within(location("/a/*/d"), location("/a/b/c"))
+    assert not may_match_within(location("/a/b"), location("/a/b/c"))  # a folder above: no file in it
+
+
+def test_seeds_file_in_the_crawl_folder_is_refused(tmp_path):
+    out = tmp_path / "OUT"
+    (out / "crawl").mkdir(parents=True)
+    (out / "crawl" / "seeds.txt").write_text("https://example.org/\n")
+    path = write(tmp_path, f"output: {out}\ncrawl:\n  seeds_file: {out}/crawl/seeds.txt\n")
+    with pytest.raises(ConfigError, match=r"crawl\.seeds_file: .*crawl/"):
+        load_config(path)
+
+
+def test_dedup_index_and_models_may_live_under_the_output(tmp_path):
+    out = tmp_path / "OUT"
+    config = load_config(write(tmp_path, good(tmp_path).replace(str(tmp_path / "out"), str(out))
+                               + f"dedup:\n  index: {out}/index\n"))
+    assert config.dedup.index == f"{out}/index"
+
+
+@pytest.mark.parametrize("output,message", [
+    ("{repo}/../shared/out", "read-only shared data folder"),
+    ("{repo}/../shared/data/../data/x/", "read-only shared data folder"),
+    ("{tmp}/shared-link/out", "read-only shared data folder"),
+    ("{tmp}/a-file", "is an existing file"),
+    ("{tmp}/a-file/below", "lies below the file"),
+    ("file://{tmp}/out", "file:// URLs are not supported"),
+])
+def test_bad_outputs_are_config_errors(tmp_path, output, message):
+    (tmp_path / "a-file").write_text("x")
+    os.symlink(REPO.parent / "shared", tmp_path / "shared-link")
+    path = write(tmp_path, good(tmp_path))
+    with pytest.raises(ConfigError, match=r"output: .*" + message):
+        load_config(path, output=output.format(repo=REPO, tmp=tmp_path))
+
+
+# ---------------------------------------------------------------- values (issue 13.13)
+
+@pytest.mark.parametrize("extra,key", [
+    ("crawl:\n  seeds: [http://x]\n  timeout_s: .nan\n", "crawl.timeout_s"),
+    ("crawl:\n  seeds: [http://x]\n  timeout_s: .inf\n", "crawl.timeout_s"),
+    ("crawl:\n  seeds: [http://x]\n  min_delay_s: -.inf\n", "crawl.min_delay_s"),
+    ("crawl:\n  seeds: [http://x]\n  backoff_s: 1.0e+400\n", "crawl.backoff_s"),
+    ("crawl:\n  seeds: [http://x]\n  max_backoff_s: 1" + "0" * 400 + "\n", "crawl.max_backoff_s"),
+    ("dedup:\n  minhash:\n    threshold: .NaN\n", "dedup.minhash.threshold"),
+])
+def test_nan_and_infinite_numbers_are_refused(tmp_path, extra, key):
+    with pytest.raises(ConfigError, match=rf"{key}: expected a finite number"):
+        load_config(write(tmp_path, good(tmp_path) + extra))
+
+
+def test_integers_beyond_64_bits_and_zero_max_chars_are_refused(tmp_path):
+    with pytest.raises(ConfigError, match=r"crawl\.max_bytes: expected an integer within 64 bits"):
+        load_config(write(tmp_path, good(tmp_path) + f"crawl:\n  seeds: [http://x]\n  max_bytes: {1 << 63}\n"))
+    assert load_config(write(tmp_path, good(tmp_path) + f"crawl:\n  seeds: [http://x]\n"
+                                                         f"  max_bytes: {(1 << 63) - 1}\n")).crawl
+    lid = str(shared("models", "lid.176.ftz"))
+    with pytest.raises(ConfigError, match=r"clean\.langid: max_chars must be > 0, got 0"):
+        load_config(clean_config(tmp_path, f"{lid}\n    max_chars: 0"))
+    with pytest.raises(ConfigError, match=r"clean\.quality: max_chars must be > 0, got -1"):
+        load_config(clean_config(tmp_path, lid, "  quality:\n    max_chars: -1\n"))
+
+
+@pytest.mark.parametrize("name", ["timeout_s", "min_delay_s", "backoff_s", "max_backoff_s"])
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+def test_fetch_policy_refuses_nan_and_infinity(name, value):
+    with pytest.raises(ValueError, match=f"{name} must be a finite number"):
+        FetchPolicy(**{name: value})
+
+
+# ---------------------------------------------------------------- YAML bounds (issue 13.6)
+
+def laughs(levels: int, key: str = "output") -> str:
+    lines = ['l0: &l0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    lines += [f"l{i}: &l{i} [" + ",".join([f"*l{i - 1}"] * 9) + "]" for i in range(1, levels)]
+    return "\n".join(lines) + f"\n{key}: *l{levels - 1}\n"
+
+
+def test_alias_bomb_is_refused_fast_with_a_short_message(tmp_path):
+    import time
+
+    text = laughs(6)  # 9**6 = 531,441 strings from 350 bytes
+    assert len(text) < 500
+    started = time.perf_counter()
+    with pytest.raises(ConfigError, match=f"more than {MAX_NODES:,} values once aliases are expanded") as err:
+        load_config(write(tmp_path, text))
+    assert time.perf_counter() - started < 5 and len(str(err.value)) < 1000
+
+
+def test_aliases_within_the_limits_still_work_and_values_are_quoted_short(tmp_path):
+    path = write(tmp_path, good(tmp_path) + "extract: &e {min_chars: 5}\n" + laughs(3, "beam_args"))
+    with pytest.raises(ConfigError) as err:  # 729 strings: within the limits, but l0 is an unknown key
+        load_config(path)
+    assert "l0: unknown key" in str(err.value)
+    path = write(tmp_path, good(tmp_path) + laughs(4, "stages").replace("l0:", "# l0:", 0))
+    text = "output: " + json.dumps(["x" * 100_000] * 3) + "\ninputs: []\n"
+    with pytest.raises(ConfigError, match="output: expected a string") as err:
+        load_config(write(tmp_path, text))
+    assert len(str(err.value)) < 600
+
+
+@pytest.mark.parametrize("text,message", [
+    ("a: &a [*a]\n", "recursive alias"),
+    ("a: &a {b: *a}\n", "recursive alias"),
+    ("output: " + "[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1) + "\n", f"more than {MAX_DEPTH} levels"),
+    ("output: " + "[" * 100_000 + "]" * 100_000 + "\n", f"more than {MAX_DEPTH} levels"),
+    ("output: x\n#" + "x" * MAX_CONFIG_BYTES + "\n", "over the limit of 1,048,576 bytes"),
+    ("output: " + "9" * 5000 + "\n", "not valid YAML"),
+    ("output: *nothing\n", "not valid YAML"),
+])
+def test_yaml_over_the_limits_is_a_config_error(tmp_path, text, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(write(tmp_path, text))
+
+
+def test_unreadable_config_files_are_config_errors(tmp_path):
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes(b"output: caf\xe9\n")
+    with pytest.raises(ConfigError, match="not UTF-8 text"):
+        load_config(str(path))
+    with pytest.raises(ConfigError, match="cannot read the config file"):
+        load_config(str(tmp_path))
+    with pytest.raises(ConfigError, match="1: unknown key"):  # keys of mixed types
+        load_config(write(tmp_path, good(tmp_path) + "1: x\ncolour: y\n"))
+
+
+# ---------------------------------------------------------------- credentials (issue 13.14)
+
+@pytest.mark.parametrize("where", ["input", "output", "beam_args"])
+def test_credentials_in_urls_are_refused_without_printing_them(tmp_path, capsys, where):
+    secret = "wJalrXUtnFEMI/K7MDENG+bPxRfiCY"
+    url = f"s3://AKIAIOSFODNN7:{secret}@bucket/x/*.jsonl"
+    text = {"input": f"output: {tmp_path}/o\ninputs:\n  - format: jsonl\n    path: '{url}'\n",
+            "output": f"output: '{url}'\ninputs:\n  - format: jsonl\n    path: {tmp_path}/x\n",
+            "beam_args": good(tmp_path) + f"beam_args: ['--s3_endpoint_url=http://AKIAIOSFODNN7:{secret}@minio:9000']\n"}
+    path = write(tmp_path, text[where])
+    assert main(["--config", path]) == 2
+    err = capsys.readouterr().err
+    assert "credentials in a URL are not accepted" in err
+    assert secret not in err and "AKIAIOSFODNN7" not in err and "K7MDENG" not in err
+
+
+def test_credentials_are_masked_in_every_config_error(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        load_config(write(tmp_path, "output: ['s3://KEY:SECRET@bucket/x']\n"))
+    assert "SECRET" not in str(err.value) and "s3://***@bucket/x" in str(err.value)
+    with pytest.raises(ConfigError) as err:  # a value cut by the quoting: masked before it is cut
+        load_config(write(tmp_path, "output: ['s3://KEY:" + "S" * 5000 + "@bucket/x']\n"))
+    assert "SSS" not in str(err.value)
+    seeds = load_config(write(tmp_path, good(tmp_path) + "crawl:\n  seeds: ['https://u:p@site.example/']\n"))
+    assert seeds.crawl.seeds == ("https://u:p@site.example/",)  # a crawl target, not a location

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Iterable, Iterator, Optional, Sequence
@@ -59,6 +60,8 @@ class LangIdConfig:
             raise ValueError(f"threshold must be in [0, 1], got {self.threshold}")
         if self.route_by_language and not self.languages:
             raise ValueError("route_by_language needs an explicit languages list")
+        if self.max_chars <= 0:  # fastText would see empty texts
+            raise ValueError(f"max_chars must be > 0, got {self.max_chars}")
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,8 @@ class AnomalyConfig:
     def __post_init__(self) -> None:
         if not 0.0 < self.contamination < 0.5:
             raise ValueError(f"contamination must be in (0, 0.5), got {self.contamination}")
+        if self.threshold is not None and not math.isfinite(self.threshold):
+            raise ValueError(f"threshold must be a finite number, got {self.threshold}")
 
 
 @dataclass(frozen=True)
@@ -89,6 +94,8 @@ class QualityConfig:
             raise ValueError(f"top_fraction must be in (0, 1], got {self.top_fraction}")
         if self.threshold is not None and not 0.0 <= self.threshold <= 1.0:
             raise ValueError(f"threshold must be in [0, 1], got {self.threshold}")
+        if self.max_chars <= 0:  # the classifier would see empty texts
+            raise ValueError(f"max_chars must be > 0, got {self.max_chars}")
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ a cap. Every attempt becomes a ``FetchLogEntry``. Bodies are streamed and cut at
 from __future__ import annotations
 
 import logging
+import math
 import random
 import time
 from dataclasses import dataclass, field
@@ -42,6 +43,9 @@ class FetchPolicy:
     def __post_init__(self) -> None:
         if not self.user_agent.strip():
             raise ValueError("user_agent must not be empty")
+        for name in ("timeout_s", "min_delay_s", "backoff_s", "max_backoff_s"):
+            if not math.isfinite(getattr(self, name)):  # NaN passes every comparison
+                raise ValueError(f"{name} must be a finite number, got {getattr(self, name)}")
         for name in ("timeout_s", "max_bytes"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
