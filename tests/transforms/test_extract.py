@@ -59,17 +59,24 @@ def test_extract_config_validates():
         ExtractConfig(method="magic")
     with pytest.raises(ValueError, match="timeout_s"):
         ExtractConfig(timeout_s=0)
+    for bad in (float("nan"), float("inf"), -1.0):
+        with pytest.raises(ValueError, match="timeout_s"):
+            ExtractConfig(timeout_s=bad)
+    with pytest.raises(ValueError, match="max_depth"):
+        ExtractConfig(max_depth=0)
+    with pytest.raises(ValueError, match="isolation"):
+        ExtractConfig(isolation="none")
 
 
 def test_extract_transform_routes_and_counts(beam_options, monkeypatch):
     real = extract_mod.extract_html
 
-    def flaky_extract(payload, charset="", method=None):
+    def flaky_extract(payload, charset="", method=None, max_depth=2048):
         if b"BOOM" in payload:
             raise ValueError("parser exploded")
         if b"SLOW" in payload:
             time.sleep(3)
-        return real(payload, charset, method)
+        return real(payload, charset, method, max_depth)
 
     monkeypatch.setattr(extract_mod, "extract_html", flaky_extract)
     records = [
@@ -77,7 +84,8 @@ def test_extract_transform_routes_and_counts(beam_options, monkeypatch):
         html("d", b"<html>BOOM</html>"), html("e", b"<html>SLOW</html>"),
         html("f", b"GIF89a", ctype="image/gif"),
     ]
-    config = ExtractConfig(timeout_s=1.0, max_error_ratio=1.0)
+    # routing of errors and Beam's thread timeout (the monkeypatch reaches this process only)
+    config = ExtractConfig(timeout_s=1.0, max_error_ratio=1.0, isolation="thread")
     with TestPipeline(options=beam_options) as p:
         out = p | beam.Create(records) | ExtractText(config)
         assert_that(out.kept | beam.Map(lambda d: d.id), equal_to(["a", "b"]), label="kept")
@@ -90,3 +98,91 @@ def test_extract_transform_routes_and_counts(beam_options, monkeypatch):
     assert counters["records_in"] == 6 and counters["records_out"] == 2
     assert counters["rejected_http_status"] == 1 and counters["failed_ValueError"] == 1
     assert counters["failed_TimeoutError"] == 1
+
+
+def nested(depth: int, tag: str = "div") -> bytes:
+    return ("<html><body>" + f"<{tag}>" * depth + "Deep words in a sentence here."
+            + f"</{tag}>" * depth + "</body></html>").encode()
+
+
+@pytest.mark.parametrize("html_text,depth", [
+    ("<html><body><div><div>x</div></div></body></html>", 4),
+    ("<p>a<p>b<p>c<br><img src=x><hr>", 0),  # optional end tags and void elements
+    ("<li>a<li>b<td>c<tr><option>d", 0),
+    ("</div></div><div><div>x", 2),  # stray end tags are ignored, as parsers do
+    ("<DIV><Span>x</sPaN></div>", 2),
+    ("<!-- <div><div><div> --><div>x</div>", 1),  # comments do not open elements
+    ("<div/><div/><div/>", 3),  # HTML has no self-closing div: three open elements
+    ("<pre>a < b and c<d</pre>", 2),  # a "<" before a letter looks like a tag: over-estimates
+    ("<script>if (a<b) { x = '<div><div>'; }</script><div>x</div>", 1),
+    ("<style>a<b</style><!-- unclosed <div><div>", 0),
+])
+def test_nesting_depth(html_text, depth):
+    from transforms.extract.html import nesting_depth
+
+    assert nesting_depth(html_text) == depth
+
+
+def test_depth_guard_fails_deep_pages_before_parsing():
+    from transforms.extract.html import MAX_HTML_DEPTH, HtmlTooDeep, extract_html
+
+    assert MAX_HTML_DEPTH == 2048
+    assert "Deep words" in extract_html(nested(MAX_HTML_DEPTH - 2)).text  # + html + body
+    with pytest.raises(HtmlTooDeep, match="nested 2,049 deep"):
+        extract_html(nested(MAX_HTML_DEPTH - 1))
+    with pytest.raises(HtmlTooDeep, match="nested 100,002 deep"):
+        extract_html(nested(100_000))  # hours of resiliparse main-content work, refused at once
+    with pytest.raises(HtmlTooDeep):
+        extract_html(nested(5000, "span"), max_depth=100)
+
+
+def test_isolated_extraction_times_out_kills_and_recovers(beam_options):
+    """The default isolation: a page that takes minutes in native code (20,000 nested
+    elements with the depth guard lifted, ~12 s here, the more under load) fails at the
+    timeout with its raw bytes, the deep page is refused by the guard, and the pages after
+    them are extracted by a fresh extraction process; with the guard on, both deep pages
+    are refused before parsing."""
+    slow = nested(20_000)
+    records = [html("a"), html("slow", slow), html("deep", nested(100_000)), html("b")]
+    lifted = ExtractConfig(timeout_s=1.0, max_error_ratio=1.0, max_depth=10**9)
+    assert lifted.isolation == "process"
+    with TestPipeline(options=beam_options) as p:
+        out = p | beam.Create(records[:2] + records[3:]) | "lifted" >> ExtractText(lifted)
+        assert_that(out.kept | beam.Map(lambda d: d.id), equal_to(["a", "b"]), label="kept")
+        assert_that(out.failed | beam.Map(lambda f: (f.error_type, f.raw == slow, "restarted" in f.error)),
+                    equal_to([("TimeoutError", True, True)]), label="failed")
+    guarded = ExtractConfig(timeout_s=30.0, max_error_ratio=1.0)
+    with TestPipeline(options=beam_options) as p:
+        out = p | beam.Create(records) | ExtractText(guarded)
+        assert_that(out.kept | beam.Map(lambda d: d.id), equal_to(["a", "b"]), label="kept")
+        assert_that(out.failed | beam.Map(lambda f: f.error_type), equal_to(["HtmlTooDeep", "HtmlTooDeep"]),
+                    label="failed")
+
+
+def test_isolated_extractor_survives_a_killed_child():
+    """The extraction process killed in the middle of a page (a crash in native code):
+    that page fails with ExtractorCrashed, the next one gets a new process."""
+    import os
+    import signal
+    import threading
+
+    from transforms.extract.html import Method
+    from transforms.extract.isolated import ExtractorCrashed, IsolatedExtractor
+
+    ex = IsolatedExtractor(timeout_s=120.0)
+    try:
+        assert "Real words" in ex.extract(ARTICLE, "", Method.CASCADE, 2048).text
+        first = ex.pid
+        killer = threading.Timer(0.5, lambda: os.kill(first, signal.SIGKILL))
+        killer.start()
+        with pytest.raises(ExtractorCrashed, match="died"):
+            ex.extract(nested(20_000), "", Method.RESILIPARSE, 10**9)
+        assert "Real words" in ex.extract(ARTICLE, "", Method.CASCADE, 2048).text
+        assert ex.pid != first and ex.restarts == 1
+        from transforms.extract.html import HtmlTooDeep
+
+        with pytest.raises(HtmlTooDeep):  # the extractor's own errors come back as they are
+            ex.extract(ARTICLE, "", Method.CASCADE, -1)
+        assert ex.restarts == 1
+    finally:
+        ex.close()

@@ -1,14 +1,18 @@
 """The extract stage: ``RawRecord`` → ``Doc`` (HTML extracted, text passed through).
 
-Each record is kept, rejected with an ``ExtractReason`` or failed. Extraction runs
-under ``with_exception_handling`` with a per-document timeout, so a page that makes the
-parser raise or hang becomes a ``failed/extract`` record with its raw bytes, and the
-job goes on (up to the configured error ratio).
+Each record is kept, rejected with an ``ExtractReason`` or failed. A page that makes the
+parser raise, nests deeper than ``max_depth`` or runs past ``timeout_s`` becomes a
+``failed/extract`` record with its raw bytes (``with_exception_handling``), and the job
+goes on up to the configured error ratio. With ``isolation: process`` (the default) the
+HTML is extracted in a child process that is killed at the timeout
+(``transforms.extract.isolated``); ``isolation: thread`` uses Beam's thread timeout,
+which native parsers holding the GIL do not let fire.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 from enum import Enum
 from typing import Callable, Iterator, Optional, Union
@@ -17,7 +21,15 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from transforms.doc import Doc, RawRecord, stable_id
-from transforms.extract.html import Method, extract_html, looks_like_html, normalize_text
+from transforms.extract.html import (
+    MAX_HTML_DEPTH,
+    Extracted,
+    Method,
+    extract_html,
+    looks_like_html,
+    normalize_text,
+)
+from transforms.extract.isolated import IsolatedExtractor
 from transforms.routing import (
     FAILED,
     REJECTED,
@@ -29,6 +41,7 @@ from transforms.routing import (
 
 _LOGGER = logging.getLogger(__name__)
 
+ISOLATIONS = ("process", "thread")
 HTML_MIME_TYPES = frozenset({"text/html", "application/xhtml+xml"})
 _SNIFF_MIME_TYPES = frozenset({"", "application/xml", "text/xml", "application/octet-stream"})
 
@@ -48,12 +61,18 @@ class ExtractConfig:
     timeout_s: float = 10.0
     min_chars: int = 1
     max_error_ratio: float = 0.05
+    max_depth: int = MAX_HTML_DEPTH
+    isolation: str = "process"
 
     def __post_init__(self) -> None:
         if self.method not in {m.value for m in Method}:
             raise ValueError(f"method must be one of {[m.value for m in Method]}, got {self.method!r}")
-        if self.timeout_s <= 0:
-            raise ValueError(f"timeout_s must be > 0, got {self.timeout_s}")
+        if not (math.isfinite(self.timeout_s) and self.timeout_s > 0):
+            raise ValueError(f"timeout_s must be a finite number > 0, got {self.timeout_s}")
+        if self.max_depth < 1:
+            raise ValueError(f"max_depth must be >= 1, got {self.max_depth}")
+        if self.isolation not in ISOLATIONS:
+            raise ValueError(f"isolation must be one of {list(ISOLATIONS)}, got {self.isolation!r}")
         if self.min_chars < 0:
             raise ValueError(f"min_chars must be >= 0, got {self.min_chars}")
         if not 0.0 < self.max_error_ratio <= 1.0:
@@ -85,8 +104,12 @@ def classify(record: RawRecord) -> Union[ExtractReason, None]:
     return ExtractReason.CONTENT_TYPE
 
 
+Extractor = Callable[[bytes, str, Method, int], Extracted]
+
+
 def extract_record(record: RawRecord, config: ExtractConfig,
-                   on_method: Optional[Callable[[str], None]] = None) -> Union[Doc, tuple[Doc, ExtractReason, str]]:
+                   on_method: Optional[Callable[[str], None]] = None,
+                   extractor: Extractor = extract_html) -> Union[Doc, tuple[Doc, ExtractReason, str]]:
     """The ``Doc`` of ``record``, or (shell doc, reason, detail) when it is rejected.
     ``on_method`` is told which extractor produced the text of an HTML page."""
     shell = _doc_shell(record)
@@ -96,7 +119,7 @@ def extract_record(record: RawRecord, config: ExtractConfig,
     if reason == ExtractReason.CONTENT_TYPE:
         return shell, reason, record.content_type or "unknown"
     if record.kind == "html":
-        out = extract_html(record.payload, record.charset, Method(config.method))
+        out = extractor(record.payload, record.charset, Method(config.method), config.max_depth)
         if on_method is not None:
             on_method(out.method)
         doc = Doc(
@@ -127,9 +150,18 @@ class _ExtractFn(beam.DoFn):
 
     def setup(self) -> None:
         self._methods = {m.value: Metrics.counter(self._stage, f"extracted_{m.value}") for m in Method}
+        self._isolated: Optional[IsolatedExtractor] = None
+        self._extractor: Extractor = extract_html
+        if self._config.isolation == "process":
+            self._isolated = IsolatedExtractor(self._config.timeout_s)
+            self._extractor = self._isolated.extract
+
+    def teardown(self) -> None:
+        if getattr(self, "_isolated", None) is not None:
+            self._isolated.close()  # type: ignore[union-attr]
 
     def process(self, record: RawRecord) -> Iterator[object]:
-        result = extract_record(record, self._config, lambda m: self._methods[m].inc())
+        result = extract_record(record, self._config, lambda m: self._methods[m].inc(), self._extractor)
         if isinstance(result, Doc):
             yield result
         else:
@@ -154,7 +186,8 @@ class ExtractText(beam.PTransform):
             .with_exception_handling(
                 main_tag="kept",
                 dead_letter_tag=FAILED,
-                timeout=self._config.timeout_s,
+                # in a child process the extractor enforces the timeout itself
+                timeout=None if self._config.isolation == "process" else self._config.timeout_s,
                 threshold=self._config.max_error_ratio,
             )
             .with_outputs(REJECTED, main="kept")
