@@ -26,7 +26,12 @@ Commands:
         time with the model's suggestion; Enter accepts, a value key (shown beside each
         value) corrects, arrows move between label sets and tasks. Answers are written to
         ``--out`` in the JSONL import format above (one line per task, rewritten
-        atomically after every answer, so a killed server loses nothing).
+        atomically after every answer, so a killed server loses nothing). The page URL
+        printed at start carries a random session token (``/?token=...``): only a browser
+        that opened it may read or answer (see ``pipelines/review_server.py``).
+
+Import input that is not the expected shape (not JSON, nested too deeply, annotations or
+results that are not lists...) is set aside with a reason, like any other bad review.
 """
 
 from __future__ import annotations
@@ -45,16 +50,15 @@ from xml.sax.saxutils import quoteattr
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from pipelines.review_import import (  # noqa: F401  (the import functions' public home)
+    RAW_LIMIT, count_by_reason, merge_reviews, parse_jsonl, parse_label_studio, raw_excerpt, utc_now)
+from storage.redact import redact_url
 from transforms.doc import Doc
 from transforms.label.label import QUEUE_TEXT_LIMIT, LabelConfig, Review, uncertainty
 
 _LOGGER = logging.getLogger(__name__)
 
 TEXT_LIMIT = QUEUE_TEXT_LIMIT - 1  # characters of a document shown to reviewers
-
-
-def utc_now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 # ---------------------------------------------------------------- queue (pure)
@@ -183,162 +187,6 @@ def doc_texts(config: Any, ids: Iterable[str]) -> dict[str, str]:
     return found
 
 
-# ---------------------------------------------------------------- import (pure)
-
-def parse_label_studio(tasks: Any, source: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(candidate reviews, problems) of a Label Studio export: one candidate per
-    annotation and label set."""
-    candidates, problems = [], []
-    if not isinstance(tasks, list):
-        return [], [{"reason": "not_a_task_list", "source": source, "raw": str(tasks)[:2000]}]
-    for i, task in enumerate(tasks):
-        if isinstance(task, dict) and "data" not in task and "annotations" not in task and "task_id" in task:
-            _parse_json_min(task, f"{source}[{i}]", candidates, problems)
-            continue
-        data = task.get("data") if isinstance(task, dict) else None
-        if not isinstance(data, dict):
-            problems.append({"reason": "malformed_task", "source": f"{source}[{i}]", "raw": task})
-            continue
-        task_id = str(data.get("task_id") or data.get("doc_id") or "")
-        annotations = task.get("annotations") or []
-        if not annotations:
-            problems.append({"reason": "not_annotated", "source": f"{source}[{i}]", "task_id": task_id})
-        for j, ann in enumerate(annotations):
-            where = f"{source}[{i}].annotations[{j}]"
-            if not isinstance(ann, dict):
-                problems.append({"reason": "malformed_annotation", "source": where, "task_id": task_id, "raw": ann})
-                continue
-            who = ann.get("completed_by")
-            reviewer = str(who.get("email") or who.get("id")) if isinstance(who, dict) else str(who or "")
-            when = str(ann.get("updated_at") or ann.get("created_at") or "")
-            if ann.get("was_cancelled"):
-                problems.append({"reason": "cancelled", "source": where, "task_id": task_id,
-                                 "reviewer": reviewer})
-                continue
-            results = [r for r in ann.get("result") or [] if isinstance(r, dict)]
-            if not results:
-                problems.append({"reason": "empty_annotation", "source": where, "task_id": task_id,
-                                 "reviewer": reviewer})
-            for r in results:
-                choices = (r.get("value") or {}).get("choices") if isinstance(r.get("value"), dict) else None
-                if r.get("type") != "choices" or not isinstance(choices, list) or len(choices) != 1:
-                    problems.append({"reason": "not_a_single_choice", "source": where, "task_id": task_id,
-                                     "reviewer": reviewer, "raw": r})
-                    continue
-                candidates.append({"task_id": task_id, "set": str(r.get("from_name", "")),
-                                   "value": str(choices[0]), "reviewer": reviewer,
-                                   "reviewed_at": when, "source": where})
-    return candidates, problems
-
-
-# JSON-MIN rows carry our task data fields and Label Studio's own bookkeeping beside the
-# answers; every other key is a control (label set) name.
-_JSON_MIN_FIELDS = {"id", "task_id", "doc_id", "text", "url", "title", "annotator", "annotation_id",
-                    "created_at", "updated_at", "lead_time"}
-
-
-def _parse_json_min(row: dict[str, Any], where: str, candidates: list[dict[str, Any]],
-                    problems: list[dict[str, Any]]) -> None:
-    """One row of Label Studio's JSON-MIN export: ``{"task_id": ..., "<set>": "value"
-    (or {"choices": [...]}), "annotator": ..., "updated_at": ...}``."""
-    answers = {k: v for k, v in row.items() if k not in _JSON_MIN_FIELDS}
-    task_id = str(row.get("task_id") or "")
-    reviewer = str(row.get("annotator") or "")
-    when = str(row.get("updated_at") or row.get("created_at") or "")
-    if not answers:
-        problems.append({"reason": "empty_annotation", "source": where, "task_id": task_id, "reviewer": reviewer})
-    for name, value in answers.items():
-        if isinstance(value, dict):
-            value = value.get("choices")
-        if isinstance(value, list) and len(value) == 1:
-            value = value[0]
-        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
-            problems.append({"reason": "not_a_single_choice", "source": where, "task_id": task_id,
-                             "reviewer": reviewer, "raw": {name: value}})
-            continue
-        candidates.append({"task_id": task_id, "set": str(name), "value": str(value), "reviewer": reviewer,
-                           "reviewed_at": when, "source": where})
-
-
-def parse_jsonl(lines: Iterable[str], source: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(candidate reviews, problems) of our JSONL answers (the review page's output)."""
-    candidates, problems = [], []
-    for number, line in enumerate(lines, 1):
-        where = f"{source}:{number}"
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except ValueError as exc:
-            problems.append({"reason": "not_json", "source": where, "raw": line[:2000], "error": str(exc)})
-            continue
-        labels = row.get("labels") if isinstance(row, dict) else None
-        if not isinstance(labels, dict) or not isinstance(row.get("task_id"), str):
-            problems.append({"reason": "malformed_answer", "source": where, "raw": row})
-            continue
-        for name, value in labels.items():
-            candidates.append({"task_id": row["task_id"], "set": str(name), "value": str(value),
-                               "reviewer": str(row.get("reviewer") or ""),
-                               "reviewed_at": str(row.get("reviewed_at") or ""), "source": where})
-    return candidates, problems
-
-
-def merge_reviews(candidates: Sequence[dict[str, Any]], tasks: dict[str, dict[str, Any]],
-                  config: LabelConfig, existing: Sequence[Review]) -> tuple[list[Review], list[dict[str, Any]]]:
-    """(accepted, set aside): validates candidate reviews against the queued tasks, the
-    taxonomy and the reviews accepted before.
-
-    * unknown task id, unknown label set, value outside the taxonomy: set aside;
-    * the same (task, set, value) more than once (here or already accepted): one counts,
-      the rest are set aside as ``duplicate``;
-    * different values for one (task, set) in this import: all set aside as
-      ``conflict`` (a person adjudicates); a value different from an accepted earlier
-      review: set aside as ``conflicts_with_accepted``.
-    """
-    taxonomy = {s.name: set(s.values) for s in config.sets}
-    accepted_before = {(r.task_id, r.set): r.value for r in existing}
-    aside: list[dict[str, Any]] = []
-    valid: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for c in candidates:
-        task = tasks.get(c["task_id"])
-        if task is None:
-            aside.append({**c, "reason": "unknown_task"})
-        elif c["set"] not in taxonomy:
-            aside.append({**c, "reason": "unknown_label_set"})
-        elif c["value"] not in taxonomy[c["set"]]:
-            aside.append({**c, "reason": "value_outside_taxonomy"})
-        else:
-            valid.setdefault((c["task_id"], c["set"]), []).append(c)
-    accepted: list[Review] = []
-    for key, group in valid.items():
-        values = {c["value"] for c in group}
-        if len(values) > 1:
-            aside.extend({**c, "reason": "conflict"} for c in group)
-            continue
-        first, rest = group[0], group[1:]
-        aside.extend({**c, "reason": "duplicate"} for c in rest)
-        before = accepted_before.get(key)
-        if before is not None:
-            reason = "duplicate" if before == first["value"] else "conflicts_with_accepted"
-            aside.append({**first, "reason": reason})
-            continue
-        task = tasks[first["task_id"]]
-        suggestion = task.get("suggestions", {}).get(first["set"], {})
-        accepted.append(Review(task_id=first["task_id"], doc_id=task.get("doc_id", first["task_id"]),
-                               set=first["set"], value=first["value"], reviewer=first["reviewer"],
-                               reviewed_at=first["reviewed_at"] or utc_now(),
-                               model_version=suggestion.get("version", ""),
-                               model_value=suggestion.get("value", "")))
-    return accepted, aside
-
-
-def count_by_reason(aside: Sequence[dict[str, Any]]) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for row in aside:
-        counts[row["reason"]] = counts.get(row["reason"], 0) + 1
-    return dict(sorted(counts.items()))
-
-
 def import_reviews(config: Any, files: Sequence[str]) -> dict[str, Any]:
     """Parses, validates and stores reviews; returns the counts (also printed by the CLI)."""
     if config.label is None:
@@ -348,13 +196,16 @@ def import_reviews(config: Any, files: Sequence[str]) -> dict[str, Any]:
     for path in files:
         with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as fh:
             raw = fh.read().decode("utf-8", errors="replace")
+        source = redact_url(path)
         if path.endswith(".jsonl") or not raw.lstrip().startswith("["):
-            c, p = parse_jsonl(raw.splitlines(), path)
+            c, p = parse_jsonl(raw.splitlines(), source)
         else:
             try:
-                c, p = parse_label_studio(json.loads(raw), path)
+                c, p = parse_label_studio(json.loads(raw), source)
             except ValueError as exc:
-                c, p = [], [{"reason": "not_json", "source": path, "error": str(exc), "raw": raw[:2000]}]
+                c, p = [], [{"reason": "not_json", "source": source, "error": str(exc), "raw": raw[:RAW_LIMIT]}]
+            except RecursionError:
+                c, p = [], [{"reason": "nested_too_deeply", "source": source, "raw": raw[:RAW_LIMIT]}]
         candidates += c
         problems += p
     tasks = queued_tasks(config.output)
@@ -369,7 +220,7 @@ def import_reviews(config: Any, files: Sequence[str]) -> dict[str, Any]:
         write_text(FileSystems.join(base, "reviews", f"{stamp}.jsonl"),
                    "".join(json.dumps(asdict(r), ensure_ascii=False) + "\n" for r in accepted))
     corrected = sum(1 for r in accepted if r.model_value and r.model_value != r.value)
-    return {"files": list(files), "candidates": len(candidates), "accepted": len(accepted),
+    return {"files": [redact_url(f) for f in files], "candidates": len(candidates), "accepted": len(accepted),
             "accepted_model_agreed": len(accepted) - corrected, "accepted_corrected": corrected,
             "set_aside": len(aside), "set_aside_by_reason": count_by_reason(aside),
             "known_tasks": len(tasks)}
@@ -409,23 +260,33 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             configure_filesystems(config)
             report = import_reviews(config, args.files)
         except (ConfigError, ValueError, OSError) as exc:
-            sys.stderr.write(f"error: {exc}\n")
+            sys.stderr.write(f"error: {redact_url(str(exc))}\n")
             return 2
         sys.stdout.write(json.dumps(report, indent=2) + "\n")
         if report["accepted"]:
             sys.stdout.write("run the label stage again to apply them: "
                              f"python -m pipelines.run --config {args.config} --stages label\n")
         return 0
+    return _serve(args)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    """The ``serve`` command: prints the page URL (with its session token) and waits."""
     from pipelines.review_page import ReviewSession, serve
 
+    queue = redact_url(args.queue)
     try:
-        tasks = load_queue(args.queue)
-    except (OSError, ValueError) as exc:
-        sys.stderr.write(f"error: cannot read queue {args.queue}: {exc}\n")
+        session = ReviewSession(load_queue(args.queue), args.out, args.reviewer)
+    except (OSError, ValueError, KeyError, RecursionError) as exc:
+        sys.stderr.write(f"error: cannot read queue {queue}: {redact_url(str(exc))}\n")
         return 2
-    server = serve(ReviewSession(tasks, args.out, args.reviewer), args.port)
-    sys.stdout.write(f"review page: http://127.0.0.1:{server.server_address[1]}/  "
-                     f"({len(tasks)} tasks, answers to {args.out}); Ctrl-C stops\n")
+    try:
+        server = serve(session, args.port)
+    except OSError as exc:
+        sys.stderr.write(f"error: cannot listen on 127.0.0.1:{args.port}: {exc}\n")
+        return 2
+    sys.stdout.write(f"review page: {server.url}\n  ({len(session.tasks)} tasks, answers to "
+                     f"{args.out}; open this URL: the token in it is the key; Ctrl-C stops)\n")
     sys.stdout.flush()
     try:
         threading.Event().wait()

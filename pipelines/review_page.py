@@ -4,32 +4,55 @@
 a time with the model's suggestion per label set; Enter accepts, the key shown beside a
 value corrects it, arrows move between label sets and tasks. Every answer rewrites the
 answers file (our JSONL import format) atomically, so a killed server loses nothing and
-a restarted one resumes. Stdlib ``http.server`` on 127.0.0.1; the page is one HTML
-document with inline CSS and JS, no external resource, and shows document text as text.
+a restarted one resumes. The page is one HTML document with inline CSS and JS, no
+external resource, and shows document text as text. The HTTP side (a session token,
+Host, Origin and content-type checks, timeouts) is ``pipelines.review_server``.
 """
 
 from __future__ import annotations
 
-import html
 import json
 import logging
 import os
 import threading
-from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Sequence
 
-from pipelines.review import utc_now
+from pipelines.review_import import utc_now
+from storage.redact import redact_url
 
 _LOGGER = logging.getLogger(__name__)
 
 KEYS = "1234567890qwertyuiopasdfghjklzxcvbnm"  # value hotkeys, in taxonomy order
 
 
+class AnswerError(ValueError):
+    """An answer that is not stored: the message says what is wrong with it."""
+
+
+def check_task(task: Any, where: str) -> None:
+    """``ValueError`` naming ``where`` unless ``task`` has what the page and the answers
+    need: a string ``task_id`` and ``doc_id`` and a taxonomy of string values."""
+    if not isinstance(task, dict):
+        raise ValueError(f"{where}: a task must be an object, got {type(task).__name__}")
+    for key in ("task_id", "doc_id"):
+        if not isinstance(task.get(key), str):
+            raise ValueError(f"{where}: {key} must be a string")
+    taxonomy = task.get("taxonomy")
+    if not isinstance(taxonomy, dict) or not all(
+            isinstance(v, list) and all(isinstance(x, str) for x in v) for v in taxonomy.values()):
+        raise ValueError(f"{where}: taxonomy must map label sets to lists of values")
+    suggestions = task.get("suggestions", {})
+    if not isinstance(suggestions, dict) or not all(
+            isinstance(v, dict) and "value" in v and "version" in v for v in suggestions.values()):
+        raise ValueError(f"{where}: suggestions must map label sets to {{value, version, ...}}")
+
+
 class ReviewSession:
     """The review page's state: the tasks, and the answers file rewritten after each answer."""
 
     def __init__(self, tasks: Sequence[dict[str, Any]], out: str, reviewer: str) -> None:
+        for i, task in enumerate(tasks):
+            check_task(task, f"task {i + 1}")
         self.tasks = list(tasks)
         self.by_id = {t["task_id"]: t for t in self.tasks}
         self.out = out
@@ -37,45 +60,60 @@ class ReviewSession:
         self.lock = threading.Lock()
         self.answers: dict[str, dict[str, Any]] = {}
         if os.path.exists(out):  # resume: answers already given stay given
-            with open(out, encoding="utf-8") as fh:
+            with open(out, encoding="utf-8", errors="replace") as fh:
                 for number, line in enumerate(fh, 1):
                     try:
                         row = json.loads(line)
-                        if row["task_id"] in self.by_id:
+                        if row["task_id"] in self.by_id and isinstance(row["labels"], dict):
                             self.answers[row["task_id"]] = row
-                    except (ValueError, KeyError, TypeError):
-                        _LOGGER.warning("%s:%d: not an answer line, ignored", out, number)
+                    except (ValueError, KeyError, TypeError, RecursionError):
+                        _LOGGER.warning("%s:%d: not an answer line, ignored", redact_url(out), number)
 
-    def answer(self, task_id: str, labels: dict[str, str]) -> dict[str, Any]:
+    def answer(self, task_id: str, labels: dict[str, str]) -> dict[str, int]:
+        """Stores the answer ``labels`` (label set -> value) for ``task_id``. Label sets
+        not in ``labels`` keep the value of an earlier answer: an answer only adds or
+        corrects, it never erases. ``AnswerError`` for an unknown task, an empty answer
+        or a value outside the task's taxonomy."""
         task = self.by_id.get(task_id)
         if task is None:
-            raise KeyError(f"unknown task {task_id!r}")
+            raise AnswerError(f"unknown task {task_id[:200]!r}")
+        if not labels:
+            raise AnswerError("labels is empty: an answer needs at least one label set")
         for name, value in labels.items():
-            if value not in task["taxonomy"].get(name, ()):
-                raise ValueError(f"{name}={value!r} is not in the taxonomy")
+            if name not in task["taxonomy"]:
+                raise AnswerError(f"unknown label set {name[:200]!r}")
+            if value not in task["taxonomy"][name]:
+                raise AnswerError(f"{name}={value[:200]!r} is not in the taxonomy")
         suggestions = task.get("suggestions", {})
-        row = {"task_id": task_id, "doc_id": task["doc_id"], "labels": labels,
-               "reviewer": self.reviewer, "reviewed_at": utc_now(),
-               "model_labels": {k: v["value"] for k, v in suggestions.items()},
-               "model_versions": {k: v["version"] for k, v in suggestions.items()},
-               "corrected": sorted(k for k, v in labels.items()
-                                   if k in suggestions and suggestions[k]["value"] != v)}
         with self.lock:
-            self.answers[task_id] = row
+            merged = {**self.answers.get(task_id, {}).get("labels", {}), **labels}
+            self.answers[task_id] = {
+                "task_id": task_id, "doc_id": task["doc_id"], "labels": merged,
+                "reviewer": self.reviewer, "reviewed_at": utc_now(),
+                "model_labels": {k: v["value"] for k, v in suggestions.items()},
+                "model_versions": {k: v["version"] for k, v in suggestions.items()},
+                "corrected": sorted(k for k, v in merged.items()
+                                    if k in suggestions and suggestions[k]["value"] != v)}
             tmp = self.out + ".tmp"
             with open(tmp, "w", encoding="utf-8") as fh:
                 for t in self.tasks:
                     if t["task_id"] in self.answers:
                         fh.write(json.dumps(self.answers[t["task_id"]], ensure_ascii=False) + "\n")
             os.replace(tmp, self.out)
-        return self.progress()
+            return self._progress()
 
-    def progress(self) -> dict[str, int]:
+    def _progress(self) -> dict[str, int]:
         return {"done": len(self.answers), "total": len(self.tasks)}
 
+    def progress(self) -> dict[str, int]:
+        with self.lock:
+            return self._progress()
+
     def state(self) -> dict[str, Any]:
-        return {"tasks": self.tasks, "answers": self.answers, "keys": KEYS, "reviewer": self.reviewer,
-                **self.progress()}
+        """A snapshot (answers copied under the lock: another thread may be answering)."""
+        with self.lock:
+            return {"tasks": self.tasks, "answers": dict(self.answers), "keys": KEYS,
+                    "reviewer": self.reviewer, **self._progress()}
 
 
 PAGE = """<!doctype html>
@@ -158,7 +196,8 @@ async function submit() {
   }
   const r = await fetch("/api/answer", {method: "POST", headers: {"Content-Type": "application/json"},
     body: JSON.stringify({task_id: t.task_id, labels: labels})});
-  if (!r.ok) { alert("not saved: " + await r.text()); return; }
+  if (!r.ok) { let m = await r.text(); try { m = JSON.parse(m).error; } catch (e) {}
+    alert("not saved: " + m); return; }
   const p = await r.json(); S.done = p.done; S.answers[t.task_id] = {labels: labels};
   chosen = {}; active = 0;
   const next = firstOpen(cur + 1); cur = next >= 0 ? next : firstOpen(0);
@@ -179,61 +218,19 @@ document.addEventListener("keydown", (e) => {
   if (k >= 0 && k < values.length) { e.preventDefault(); choose(active, values[k]); }
 });
 $("submit").addEventListener("click", submit);
+if (location.search) history.replaceState(null, "", "/");  // the token stays in a cookie
 fetch("/api/state").then((r) => r.json()).then((s) => { S = s; cur = firstOpen(0); show();
   document.body.dataset.ready = "1"; });
 </script></body></html>
 """
 
 
-def make_handler(session: ReviewSession) -> type:
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, fmt: str, *args: Any) -> None:
-            _LOGGER.debug("review page: " + fmt, *args)
+def serve(session: ReviewSession, port: int = 8766, host: str = "127.0.0.1",
+          token: str | None = None, **limits: float) -> Any:
+    """A started review server (call ``shutdown()`` to stop; its ``url`` carries the
+    session token); port 0 picks a free one. ``limits``: see ``ReviewServer``."""
+    from pipelines.review_server import ReviewServer
 
-        def _send(self, status: int, body: bytes, kind: str) -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", kind)
-            self.send_header("Content-Length", str(len(body)))
-            self.send_header("Cache-Control", "no-store")
-            self.end_headers()
-            self.wfile.write(body)
-
-        def _json(self, status: int, data: Any) -> None:
-            self._send(status, json.dumps(data, ensure_ascii=False).encode("utf-8"), "application/json")
-
-        def do_GET(self) -> None:
-            if self.path in ("/", "/index.html"):
-                self._send(HTTPStatus.OK, PAGE.encode("utf-8"), "text/html; charset=utf-8")
-            elif self.path == "/api/state":
-                self._json(HTTPStatus.OK, session.state())
-            elif self.path == "/favicon.ico":
-                self._send(HTTPStatus.NO_CONTENT, b"", "image/x-icon")
-            else:
-                self._send(HTTPStatus.NOT_FOUND, b"not found", "text/plain")
-
-        def do_POST(self) -> None:
-            if self.path != "/api/answer":
-                self._send(HTTPStatus.NOT_FOUND, b"not found", "text/plain")
-                return
-            try:
-                length = int(self.headers.get("Content-Length") or 0)
-                if not 0 <= length <= 1 << 20:
-                    raise ValueError("answer missing or too large")
-                body = json.loads(self.rfile.read(length))
-                labels = body.get("labels")
-                if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
-                    raise ValueError("labels must map label sets to values")
-                self._json(HTTPStatus.OK, session.answer(str(body.get("task_id")), labels))
-            except (ValueError, KeyError) as exc:
-                self._send(HTTPStatus.BAD_REQUEST, html.escape(str(exc)).encode(), "text/plain")
-
-    return Handler
-
-
-def serve(session: ReviewSession, port: int = 8766, host: str = "127.0.0.1") -> ThreadingHTTPServer:
-    """A started review server (call ``shutdown()`` to stop); port 0 picks a free one."""
-    server = ThreadingHTTPServer((host, port), make_handler(session))
+    server = ReviewServer((host, port), session, PAGE, token=token, **limits)
     threading.Thread(target=server.serve_forever, daemon=True, name="review-page").start()
     return server
-
-

@@ -206,9 +206,12 @@ def test_review_page_in_headless_chromium(tmp_path, chromium):
     answers = tmp_path / "answers.jsonl"
     server = serve(ReviewSession(queue_for_page(tmp_path), str(answers), "rita"), port=0)
     try:
-        chromium.get(f"http://127.0.0.1:{server.server_address[1]}/")
+        chromium.get(server.url)  # the printed URL, with the session token
         wait = WebDriverWait(chromium, 20)
         wait.until(lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-ready") == "1")
+        assert "token" not in chromium.current_url  # kept in an HttpOnly cookie instead
+        assert [(c["name"], c["httpOnly"], c["sameSite"]) for c in chromium.get_cookies()] == [
+            (server.cookie, True, "Strict")]
         progress = chromium.find_element(By.ID, "progress")
         assert progress.text == "0 / 3 reviewed"
         assert "<b>not bold</b>" in chromium.find_element(By.ID, "doc").text  # shown as text, not HTML
@@ -292,8 +295,10 @@ def test_review_server_rejects_bad_answers(tmp_path):
     url = f"http://127.0.0.1:{server.server_address[1]}/api/answer"
 
     def post(body: bytes) -> int:
+        request = urllib.request.Request(url, data=body, method="POST", headers={
+            "Content-Type": "application/json", "X-Review-Token": server.token})
         try:
-            with urllib.request.urlopen(urllib.request.Request(url, data=body, method="POST"), timeout=10) as r:
+            with urllib.request.urlopen(request, timeout=10) as r:
                 return r.status
         except urllib.error.HTTPError as exc:
             return exc.code
@@ -349,3 +354,53 @@ def test_label_job_and_review_loop_on_an_s3_output(tmp_path, label_data, s3_env)
         assert manifest["extra"]["counters"]["label_human"] == 5
     finally:
         FileSystems.set_options(PipelineOptions([]))  # global state: no endpoint for later tests
+
+
+# ---------------------------------------------------------------- malformed imports (issue 13.11)
+
+def test_malformed_exports_are_set_aside_not_crashes():
+    deep = json.loads("[" * 500 + "]" * 500)
+    export = [
+        {"id": 1, "data": {"task_id": "t1"}, "annotations": 5},
+        {"id": 2, "data": {"task_id": "t2"}, "annotations": {"a": 1}},
+        {"id": 3, "data": {"task_id": "t1"}, "annotations": [{"completed_by": 1, "result": 5}]},
+        {"id": 4, "data": {"task_id": "t1"}, "annotations": [{"completed_by": 1, "result": {"x": 1}}]},
+        {"id": 5, "data": {"task_id": "t2"}, "annotations": [{"completed_by": 1, "result": [
+            5, {"from_name": "language", "type": "choices", "value": {"choices": ["fr"]}}]}]},
+        {"id": 6, "data": deep},
+        {"id": 7, "data": {"task_id": "t3"}, "annotations": [deep]},
+    ]
+    candidates, problems = parse_label_studio(export, "e.json")
+    assert [(c["task_id"], c["value"]) for c in candidates] == [("t2", "fr")]  # the good result kept
+    assert [p["reason"] for p in problems] == [
+        "malformed_annotations", "malformed_annotations", "malformed_result", "malformed_result",
+        "malformed_result", "malformed_task", "malformed_annotation"]
+    for p in problems:  # every row is small and shallow enough to be written back
+        assert len(json.dumps(p)) < 2500
+    assert problems[-1]["raw"] == "[nested more than 20 levels deep]"
+    c, p = parse_jsonl(["[" * 100_000, json.dumps({"task_id": "t1", "labels": {"language": "fr"}})], "a.jsonl")
+    assert [x["value"] for x in c] == ["fr"] and [x["reason"] for x in p] == ["nested_too_deeply"]
+
+
+def test_import_command_sets_aside_malformed_files(tmp_path, capsys):
+    out = tmp_path / "out"
+    queue = out / "review" / "queue-20260101T000000"
+    queue.mkdir(parents=True)
+    (queue / "tasks.jsonl").write_text("".join(json.dumps({**t, "taxonomy": {"language": list(LANGS)}}) + "\n"
+                                               for t in TASKS.values()))
+    (tmp_path / "docs.jsonl").write_text('{"id": "d1", "text": "x"}\n')
+    config = tmp_path / "job.yaml"
+    config.write_text(yaml.safe_dump({"output": str(out), "inputs": [{"format": "jsonl", "path": str(tmp_path / "docs.jsonl")}],
+                                      "label": label_section(str(tmp_path / "models"))}))
+    files = {"deep.json": "[" * 100_000 + "]" * 100_000,
+             "annotations.json": json.dumps([{"data": {"task_id": "t1"}, "annotations": 5}]),
+             "result.json": json.dumps([{"data": {"task_id": "t1"}, "annotations": [{"result": 5}]}]),
+             "ok.jsonl": json.dumps({"task_id": "t1", "labels": {"language": "fr"}}) + "\n" + "[" * 50_000 + "\n"}
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    assert review_main(["import", "--config", str(config)] + [str(tmp_path / n) for n in files]) == 0
+    report = json.loads(capsys.readouterr().out.split("\nrun the label")[0])
+    assert report["accepted"] == 1 and report["set_aside_by_reason"] == {
+        "malformed_annotations": 1, "malformed_result": 1, "nested_too_deeply": 2}
+    aside = [json.loads(line) for f in (out / "review" / "set_aside").iterdir() for line in f.read_text().splitlines()]
+    assert len(aside) == 4 and all(len(json.dumps(a)) < 2500 for a in aside)
