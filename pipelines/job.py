@@ -20,6 +20,7 @@ from apache_beam.runners.runner import PipelineResult
 
 from pipelines.config import JobConfig, configure_filesystems
 from pipelines.engines import shared_job_server
+from pipelines.lease import OutputLease, store_for
 from pipelines.progress import ProgressLine
 from pipelines.stages import PLANNERS, StagePlan
 from storage.manifest import (
@@ -74,6 +75,10 @@ def metric_totals(result: PipelineResult, stage: str) -> Optional[dict[str, int]
     return totals
 
 
+class MetricsMissing(RuntimeError):
+    """The runner reported no metrics for a stage: its counts cannot be checked."""
+
+
 def _written_files(output: str, stage: str) -> dict[str, list[str]]:
     docs, rejected, failed = stage_dirs(output, stage)[:3]
     return {
@@ -84,13 +89,21 @@ def _written_files(output: str, stage: str) -> dict[str, list[str]]:
 
 
 def collect_counts(output: str, plan: StagePlan, totals: Optional[dict[str, int]]) -> tuple[StageCounts, list[str]]:
-    """Counts from the files written (out, rejected, failed) and the metrics (in)."""
+    """Counts from the files written (out, rejected, failed) and the metrics (in).
+
+    Without metrics the input count is unknown and ``in == out + rejected + failed``
+    cannot be checked, so the stage fails (``MetricsMissing``) rather than reconciling by
+    construction. A counter that was never incremented is absent: 0."""
+    if totals is None:
+        raise MetricsMissing(f"stage {plan.name}: the runner reported no metrics, so the stage's input "
+                             "count is unknown and its counts cannot be reconciled; run it on a runner "
+                             "that reports Beam counters (FnApiRunner, Flink, Spark, Prism, Dataflow)")
     files = _written_files(output, plan.name)
-    metrics = totals or {}
+    metrics = totals
     out = parquet_rows(files["docs"]) if plan.writes_docs else metrics.get("records_out", 0)
     rejected = parquet_rows(files["rejected"])
     failed = parquet_rows(files["failed"])
-    records_in = metrics.get("records_in", out + rejected + failed)
+    records_in = metrics.get("records_in", 0)
     by_reason = {k[len("rejected_"):]: v for k, v in sorted(metrics.items()) if k.startswith("rejected_")}
     by_error = {k[len("failed_"):]: v for k, v in sorted(metrics.items()) if k.startswith("failed_")}
     counts = StageCounts(records_in, out, rejected, failed, by_reason, by_error)
@@ -140,6 +153,8 @@ def run_stage(config: JobConfig, plan: StagePlan, options: PipelineOptions, forc
     if not counts.reconciles:
         _LOGGER.error("stage %s does not reconcile: in=%d out=%d rejected=%d failed=%d", plan.name,
                       counts.records_in, counts.out, counts.rejected, counts.failed)
+    report = StageReport(plan.name, counts, False, time.perf_counter() - t0, tuple(outputs), tuple(other.items()))
+    check_error_ratio(config, report)  # no manifest: the stage reruns after a fix
     write_manifest(config.output, Manifest(
         stage=plan.name, config_hash=plan.config_hash, inputs_fingerprint=plan.fingerprint,
         code_version=version, counts=counts, inputs=list(plan.inputs), outputs=outputs,
@@ -150,6 +165,53 @@ def run_stage(config: JobConfig, plan: StagePlan, options: PipelineOptions, forc
     _LOGGER.info("stage %s: done in %.1fs (in=%d out=%d rejected=%d failed=%d)", plan.name, seconds,
                  counts.records_in, counts.out, counts.rejected, counts.failed)
     return StageReport(plan.name, counts, False, seconds, tuple(outputs), tuple(other.items()))
+
+
+def error_ratio_limit(config: JobConfig, stage: str) -> Optional[float]:
+    """The share of a stage's records that may fail before the job fails:
+    ``extract.max_error_ratio`` for every document stage (the readers' failures count in
+    the extract stage's), none for the crawl (fetch errors are outcomes of a crawl)."""
+    if stage == "crawl":
+        return None
+    return config.extract.max_error_ratio
+
+
+def first_errors(output: str, stage: str, limit: int = 3) -> list[str]:
+    """The first ``limit`` failures of a stage as ``error_type: error (source@offset)``."""
+    import pyarrow.parquet as pq
+    from apache_beam.io.filesystems import FileSystems
+
+    lines: list[str] = []
+    for path in _written_files(output, stage)["failed"]:
+        with FileSystems.open(path, compression_type="uncompressed") as fh:
+            table = pq.read_table(fh, columns=["error_type", "error", "source", "offset"])
+        for row in table.slice(0, limit - len(lines)).to_pylist():
+            error = " ".join(str(row["error"]).split())
+            error = error if len(error) <= 300 else error[:300] + " [...]"
+            lines.append(f"{row['error_type']}: {error} ({row['source']}@{row['offset']})")
+        if len(lines) >= limit:
+            break
+    return lines
+
+
+class TooManyFailures(RuntimeError):
+    """More of a stage's records failed than the job allows; carries the stage's report."""
+
+    def __init__(self, message: str, report: StageReport) -> None:
+        super().__init__(message)
+        self.report = report
+
+
+def check_error_ratio(config: JobConfig, report: StageReport) -> None:
+    limit = error_ratio_limit(config, report.stage)
+    counts = report.counts
+    if limit is None or counts.records_in == 0 or counts.failed / counts.records_in <= limit:
+        return
+    errors = "\n".join("  " + line for line in first_errors(config.output, report.stage))
+    raise TooManyFailures(
+        f"{counts.failed} of {counts.records_in} records failed ({counts.failed / counts.records_in:.1%} > "
+        f"max_error_ratio {limit:g}); the first errors:\n{errors}\n(all of them in failed/{report.stage}/)",
+        report)
 
 
 class StageFailed(RuntimeError):
@@ -171,15 +233,24 @@ def run_job(config: JobConfig, cli_args: Sequence[str] = (), force: bool = False
             show_progress: bool = False) -> list[StageReport]:
     """Runs the config's stages in order; returns one report per stage. A stage that
     raises ends the job with ``StageFailed`` (the stages before it keep their outputs
-    and manifests, so a rerun resumes after them)."""
+    and manifests, so a rerun resumes after them); another live run on the same output
+    ends it with ``LeaseHeld`` before any stage."""
     options = pipeline_options(config, cli_args)
     configure_filesystems(config, cli_args)  # the driver's own reads and writes of the output
     reports: list[StageReport] = []
-    with shared_job_server(options):  # Flink/Spark: one job server JVM for every pipeline
+    # one run per output (LeaseHeld before anything is touched); a lost lease stops the
+    # job at the next stage boundary
+    lease = OutputLease(store_for(config.output, list(config.beam_args) + list(cli_args)))
+    with lease, shared_job_server(options):  # Flink/Spark: one job server JVM for every pipeline
         for stage in config.active_stages():
             try:
+                lease.check()
                 plan = PLANNERS[stage](config)
                 reports.append(run_stage(config, plan, options, force, show_progress))
+            except TooManyFailures as exc:
+                _LOGGER.error("stage %s: %s", stage, exc)
+                raise StageFailed(stage, exc, reports + [exc.report],
+                                  str(options.view_as(StandardOptions).runner)) from exc
             except Exception as exc:
                 _LOGGER.error("stage %s failed", stage, exc_info=True)
                 raise StageFailed(stage, exc, reports,

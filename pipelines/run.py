@@ -3,7 +3,8 @@
 
 Exit status: 0 when every stage ran (or was resumed) and its counts reconcile,
 1 when a stage does not reconcile or fails (the stages before it keep their outputs and
-resume on the next run), 2 on a configuration error (nothing ran).
+resume on the next run), 2 on a configuration error or when another live run holds the
+output (``<output>/_lease.json``; nothing ran).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Optional, Sequence, TextIO
 from pipelines.config import ConfigError, JobConfig, load_config
 from pipelines.engines import ENGINES, EngineMissing, engine_args
 from pipelines.job import StageFailed, StageReport, run_job
+from pipelines.lease import LeaseHeld
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -115,6 +117,9 @@ def main(argv: Optional[Sequence[str]] = None, out: TextIO = sys.stdout) -> int:
         return 2
     try:
         reports = run_job(config, beam_args, force=args.force, show_progress=not args.no_progress)
+    except LeaseHeld as held:
+        sys.stderr.write(f"output in use: {held}\nnothing ran\n")
+        return 2
     except StageFailed as failed:  # the traceback is in the log above
         if failed.reports:
             out.write("\n" + format_table(failed.reports) + "\n")
