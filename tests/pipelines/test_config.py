@@ -380,3 +380,25 @@ def test_credentials_are_masked_in_every_config_error(tmp_path):
     assert "SSS" not in str(err.value)
     seeds = load_config(write(tmp_path, good(tmp_path) + "crawl:\n  seeds: ['https://u:p@site.example/']\n"))
     assert seeds.crawl.seeds == ("https://u:p@site.example/",)  # a crawl target, not a location
+
+
+def test_limits_are_the_documented_ones(tmp_path):
+    """The bounds above, pinned: a change here is a change of the product's limits."""
+    from pipelines.config import INT_RANGE
+    from pipelines.config_errors import MAX_MESSAGE_CHARS, MAX_QUOTE_CHARS
+
+    assert (MAX_CONFIG_BYTES, MAX_NODES, MAX_DEPTH) == (1 << 20, 100_000, 64)
+    assert (MAX_QUOTE_CHARS, MAX_MESSAGE_CHARS) == (200, 4000)
+    assert INT_RANGE == (-(2 ** 63), 2 ** 63 - 1)
+    def nested(n: int) -> str:  # the top mapping, n lists and a scalar: n + 2 levels
+        return "output: " + "[" * n + "x" + "]" * n + "\ninputs: []\n"
+
+    with pytest.raises(ConfigError, match="output: expected a string"):  # exactly at the limit
+        load_config(write(tmp_path, nested(MAX_DEPTH - 2)))
+    with pytest.raises(ConfigError, match=f"nested more than {MAX_DEPTH} levels"):
+        load_config(write(tmp_path, nested(MAX_DEPTH - 1)))
+    with pytest.raises(ConfigError) as err:
+        load_config(write(tmp_path, "output: " + json.dumps(["y" * 50] * 500) + "\n"))
+    assert len(str(err.value)) <= MAX_QUOTE_CHARS + 300
+    huge = ConfigError("k: " + "z" * 10 * MAX_MESSAGE_CHARS)
+    assert len(str(huge)) == MAX_MESSAGE_CHARS + len(" [...]")

@@ -404,3 +404,15 @@ def test_import_command_sets_aside_malformed_files(tmp_path, capsys):
         "malformed_annotations": 1, "malformed_result": 1, "nested_too_deeply": 2}
     aside = [json.loads(line) for f in (out / "review" / "set_aside").iterdir() for line in f.read_text().splitlines()]
     assert len(aside) == 4 and all(len(json.dumps(a)) < 2500 for a in aside)
+
+
+def test_set_aside_excerpts_are_bounded():
+    from pipelines.review_import import RAW_DEPTH, RAW_LIMIT, raw_excerpt
+
+    assert (RAW_LIMIT, RAW_DEPTH) == (2000, 20)
+    small = {"a": ["x" * 100]}
+    assert raw_excerpt(small) is small  # kept as it is
+    cut = raw_excerpt(["y" * 5000])
+    assert cut == '["' + "y" * (RAW_LIMIT - 2) + " [...]"
+    assert raw_excerpt(json.loads("[" * RAW_DEPTH + "]" * RAW_DEPTH)) != "[nested more than 20 levels deep]"
+    assert raw_excerpt(json.loads("[" * (RAW_DEPTH + 1) + "]" * (RAW_DEPTH + 1))) == "[nested more than 20 levels deep]"

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from pipelines.review_page import AnswerError, ReviewSession, serve
-from pipelines.review_server import (IDLE_TIMEOUT_S, MAX_BODY_BYTES, REQUEST_DEADLINE_S,
-                                     ReviewServer)
+from pipelines.review_server import (IDLE_TIMEOUT_S, LINGER_BYTES, LINGER_S, MAX_BODY_BYTES,
+                                     REQUEST_DEADLINE_S, ReviewServer)
 from tests.browser import PageSite, chromium  # noqa: F401  (fixture)
 from tests.labelmodels import LANGS
 
@@ -234,6 +234,7 @@ def test_idle_and_slowloris_connections_are_closed(server, tmp_path):
 def test_default_limits():
     """The defaults the server runs with (the test above uses shorter ones)."""
     assert (IDLE_TIMEOUT_S, REQUEST_DEADLINE_S, MAX_BODY_BYTES) == (10.0, 30.0, 64 * 1024)
+    assert (LINGER_BYTES, LINGER_S) == (16 * 1024 * 1024, 2.0)
     srv = serve(ReviewSession(tasks(), "/nonexistent/a.jsonl", "x"), port=0)
     try:
         assert (srv.idle_timeout_s, srv.request_deadline_s, srv.max_body_bytes) == (10.0, 30.0, 65536)
