@@ -104,7 +104,7 @@ def may_match_within(pattern: Location, folder: Location) -> bool:
             return True  # any depth from here on
         if i >= len(folder.parts):
             return True  # every folder component matched: the pattern goes below it
-        if not fnmatch.fnmatchcase(folder.parts[i], part):
+        if folder.parts[i] != part and not fnmatch.fnmatchcase(folder.parts[i], part):
             return False
     return len(pattern.parts) >= len(folder.parts)
 
@@ -121,7 +121,7 @@ def read_only_folders() -> list[Location]:
 
 def output_problem(output: str) -> Optional[str]:
     """Why ``output`` cannot be a job output, or None."""
-    if output.lower().startswith("file:"):
+    if output.lower().startswith("file://"):
         return (f"{output!r}: file:// URLs are not supported by Beam's filesystems; "
                 f"give the plain path {location(output).text()!r}")
     out = location(output, expand_user=False)

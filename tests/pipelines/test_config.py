@@ -402,3 +402,10 @@ def test_limits_are_the_documented_ones(tmp_path):
     assert len(str(err.value)) <= MAX_QUOTE_CHARS + 300
     huge = ConfigError("k: " + "z" * 10 * MAX_MESSAGE_CHARS)
     assert len(str(huge)) == MAX_MESSAGE_CHARS + len(" [...]")
+
+
+def test_outputs_with_glob_characters_in_their_names(tmp_path):
+    """An output named like a glob (``run[1]``) is compared literally too."""
+    out = tmp_path / "run[1]"
+    assert input_problem(f"{out}/docs/extract/*.parquet", str(out))
+    assert not input_problem(f"{tmp_path}/run1/docs/extract/*.parquet", str(out))
