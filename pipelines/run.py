@@ -19,6 +19,7 @@ from pipelines.config import ConfigError, JobConfig, load_config
 from pipelines.engines import ENGINES, EngineMissing, engine_args
 from pipelines.job import StageFailed, StageReport, run_job
 from pipelines.lease import LeaseHeld
+from storage.redact import redact_url
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -61,7 +62,7 @@ def format_table(reports: Sequence[StageReport]) -> str:
         if errors:
             lines.append(f"{'':<10}   failed:   {errors}")
         noted = ", ".join(f"{k}={v}" for k, v in r.counters
-                          if v and k.startswith(("pii_", "skipped_", "extracted_", "label_", "review_")))
+                          if v and k.startswith(("pii_", "skipped_", "extracted_", "truncated_", "label_", "review_")))
         if noted:
             lines.append(f"{'':<10}   noted:    {noted}")
     return "\n".join(lines)
@@ -97,33 +98,54 @@ def write_run_report(config: JobConfig) -> str:
     return f"report: {os.path.abspath(path) if local else path}"
 
 
+class RedactingFilter(logging.Filter):
+    """Masks the credentials of every URL in a log line (``s3://KEY:SECRET@b`` →
+    ``s3://***@b``), whichever module logged it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        redacted = redact_url(message)
+        if redacted != message:
+            record.msg, record.args = redacted, ()
+        if record.exc_info and record.exc_info[1] is not None:
+            text = logging.Formatter().formatException(record.exc_info)
+            record.exc_info, record.exc_text = None, redact_url(text)
+        return True
+
+
+def _stderr(text: str) -> None:
+    sys.stderr.write(redact_url(text))
+
+
 def main(argv: Optional[Sequence[str]] = None, out: TextIO = sys.stdout) -> int:
     args, beam_args = parse_args(argv)
     level = getattr(logging, str(args.log_level).upper(), logging.INFO)
     # force: importing Beam may already have configured the root logger at WARNING.
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         force=True)
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(RedactingFilter())
     logging.getLogger("apache_beam").setLevel(max(level, logging.WARNING))
     stages = tuple(s.strip() for s in args.stages.split(",") if s.strip()) if args.stages else None
     try:
         config = load_config(args.config, output=args.output, stages=stages)
     except ConfigError as exc:
-        sys.stderr.write(f"config error: {exc}\n")
+        _stderr(f"config error: {exc}\n")
         return 2
     try:
         beam_args = (engine_args(args.engine) if args.engine else []) + list(beam_args)
     except EngineMissing as exc:
-        sys.stderr.write(f"engine error: {exc}\n")
+        _stderr(f"engine error: {exc}\n")
         return 2
     try:
         reports = run_job(config, beam_args, force=args.force, show_progress=not args.no_progress)
     except LeaseHeld as held:
-        sys.stderr.write(f"output in use: {held}\nnothing ran\n")
+        _stderr(f"output in use: {held}\nnothing ran\n")
         return 2
     except StageFailed as failed:  # the traceback is in the log above
         if failed.reports:
             out.write("\n" + format_table(failed.reports) + "\n")
-        sys.stderr.write(f"\n{failed}\nthe stages before it keep their outputs; the same command "
+        _stderr(f"\n{failed}\nthe stages before it keep their outputs; the same command "
                          "resumes from there (after a fix, if the error needs one: an engine "
                          "whose worker died needs none)\n")
         return 1

@@ -103,6 +103,7 @@ class Doc:
     labels: Sequence[Label] = ()
     dup_cluster: str = ""
     token_count: int = 0
+    truncated: bool = False  # the input was cut at the reader's size limit (max_payload_bytes)
 
 
 @dataclass(frozen=True)
@@ -184,6 +185,7 @@ DOC_FIELDS: list[pa.Field] = [
     pa.field("labels", pa.list_(LABEL_TYPE)),
     pa.field("dup_cluster", pa.string()),
     pa.field("token_count", pa.int64()),
+    pa.field("truncated", pa.bool_()),
 ]
 DOC_SCHEMA = pa.schema(DOC_FIELDS)
 REJECTED_SCHEMA = pa.schema(
@@ -222,6 +224,7 @@ def doc_to_row(doc: Doc) -> dict[str, Any]:
         "labels": [dict(vars(label)) for label in doc.labels],
         "dup_cluster": doc.dup_cluster,
         "token_count": doc.token_count,
+        "truncated": doc.truncated,
     }
 
 
@@ -245,6 +248,7 @@ def doc_from_row(row: dict[str, Any]) -> Doc:
                      for label in row.get("labels") or ()),
         dup_cluster=row.get("dup_cluster") or "",
         token_count=row.get("token_count") or 0,
+        truncated=bool(row.get("truncated")),
     )
 
 

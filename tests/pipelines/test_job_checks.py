@@ -81,3 +81,55 @@ def test_an_absent_input_counter_is_zero_not_the_sum(tmp_path):
                      writes_docs=False)
     counts, _ = job.collect_counts(str(tmp_path), plan, {"records_out": 5})
     assert counts.records_in == 0 and counts.out == 5 and not counts.reconciles
+
+
+def test_pages_cut_at_the_size_limit_are_counted_and_marked(tmp_path):
+    """A page over read.max_payload_bytes is cut (not silently): Doc.truncated and the
+    extract stage's truncated_payload counter, shown in the table."""
+    import pyarrow.parquet as pq
+
+    from tests.conftest import shared
+
+    config = tmp_path / "job.yaml"
+    config.write_text(f"""
+output: {tmp_path / 'out'}
+inputs:
+  - {{format: warc, path: "{shared('warc')}/resiliparse_warcfile.warc.gz"}}
+stages: [extract]
+read: {{max_payload_bytes: 20000}}
+beam_args: ["--runner=FnApiRunner"]
+""")
+    table = io.StringIO()
+    assert main(["--config", str(config), "--log-level", "ERROR"], out=table) == 0
+    out = tmp_path / "out"
+    rows = [r for f in sorted((out / "docs" / "extract").glob("*.parquet"))
+            for r in pq.read_table(f, columns=["id", "truncated"]).to_pylist()]
+    cut = sum(r["truncated"] for r in rows)
+    manifest = json.loads((out / "manifests" / "extract.json").read_text())
+    counted = manifest["extra"]["counters"]["truncated_payload"]
+    assert 0 < cut <= counted < 16 and cut < len(rows)  # some of the 16 pages are over 20 KB
+    assert f"truncated_payload={counted}" in table.getvalue()
+
+
+def test_log_lines_and_tracebacks_are_redacted():
+    import logging
+
+    from pipelines.run import RedactingFilter
+
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.addFilter(RedactingFilter())
+    log = logging.getLogger("tokenfactory.test.redact")
+    log.addHandler(handler)
+    log.propagate = False
+    try:
+        log.warning("fetching %s", "s3://AKIAKEY:se/cr+et@bucket/x.jsonl")
+        try:
+            raise OSError("cannot open https://user:hunter2@example.com/a")
+        except OSError:
+            log.exception("failed")
+    finally:
+        log.removeHandler(handler)
+    text = stream.getvalue()
+    assert "se/cr+et" not in text and "hunter2" not in text and "AKIAKEY" not in text
+    assert "s3://***@bucket/x.jsonl" in text and "https://***@example.com/a" in text

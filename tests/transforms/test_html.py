@@ -127,3 +127,28 @@ def test_quality_on_scrapinghub(scrapinghub_pages, method, min_f1):
 ])
 def test_strip_invisible(html, expected):
     assert strip_invisible(html) == expected
+
+
+LATIN1_PAGE = ("<html><head><title>Café</title></head><body><p>Le café est très bon à Paris, déjà."
+               "</p></body></html>")
+
+
+@pytest.mark.parametrize("payload,declared,text,encoding", [
+    # a declaration that decodes but does not fit the bytes is not trusted
+    (LATIN1_PAGE.encode("latin-1"), "utf-16", LATIN1_PAGE, "cp1252"),
+    (LATIN1_PAGE.encode("latin-1"), "utf-32", LATIN1_PAGE, "cp1252"),
+    (LATIN1_PAGE.encode("latin-1"), "iso-8859-1", LATIN1_PAGE, "iso8859-1"),
+    ("<html><body><p>Привет мир</p></body></html>".encode("cp1251"), "windows-1251",
+     "<html><body><p>Привет мир</p></body></html>", "cp1251"),
+    # UTF-16 without a byte-order mark is not valid UTF-8 text, declared or not
+    ("<html><body><p>Привет мир</p></body></html>".encode("utf-16-le"), "utf-16-le",
+     "<html><body><p>Привет мир</p></body></html>", "utf-16-le"),
+    ("<html><body><p>Привет мир</p></body></html>".encode("utf-16-le"), "",
+     "<html><body><p>Привет мир</p></body></html>", "utf-16-le"),
+    ("<html><body><p>Hello world</p></body></html>".encode("utf-16-be"), "",
+     "<html><body><p>Hello world</p></body></html>", "utf-16-be"),
+])
+def test_declared_charset_must_fit_the_bytes(payload, declared, text, encoding):
+    from transforms.extract.html import decode_html
+
+    assert decode_html(payload, declared) == (text, encoding)

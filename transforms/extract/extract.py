@@ -11,6 +11,7 @@ which native parsers holding the GIL do not let fire.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from dataclasses import dataclass
@@ -88,6 +89,7 @@ def _doc_shell(record: RawRecord) -> Doc:
         fetched_at=record.fetched_at,
         title=record.title,
         lang_hint=record.lang_hint,
+        truncated=record.truncated,
     )
 
 
@@ -122,16 +124,10 @@ def extract_record(record: RawRecord, config: ExtractConfig,
         out = extractor(record.payload, record.charset, Method(config.method), config.max_depth)
         if on_method is not None:
             on_method(out.method)
-        doc = Doc(
-            id=shell.id, url=shell.url, text=out.text, source=shell.source,
-            fetched_at=shell.fetched_at, title=out.title,
-            lang_hint=out.lang_hint or record.lang_hint,
-        )
+        doc = dataclasses.replace(shell, text=out.text, title=out.title,
+                                  lang_hint=out.lang_hint or record.lang_hint)
     else:
-        doc = Doc(
-            id=shell.id, url=shell.url, text=normalize_text(record.text), source=shell.source,
-            fetched_at=shell.fetched_at, title=record.title, lang_hint=record.lang_hint,
-        )
+        doc = dataclasses.replace(shell, text=normalize_text(record.text))
     if not doc.text:
         return doc, ExtractReason.EMPTY, ""
     if len(doc.text) < config.min_chars:
@@ -142,7 +138,8 @@ def extract_record(record: RawRecord, config: ExtractConfig,
 class _ExtractFn(beam.DoFn):
     """Pure routing of one record; in/out counting happens outside (see ``CountFn``);
     ``extracted_<method>`` counts which extractor made each HTML page's text (the
-    cascade's fallback share)."""
+    cascade's fallback share), ``truncated_payload`` the records the reader cut at its
+    size limit (marked ``Doc.truncated``)."""
 
     def __init__(self, config: ExtractConfig, stage: str = "extract") -> None:
         self._config = config
@@ -150,6 +147,7 @@ class _ExtractFn(beam.DoFn):
 
     def setup(self) -> None:
         self._methods = {m.value: Metrics.counter(self._stage, f"extracted_{m.value}") for m in Method}
+        self._truncated = Metrics.counter(self._stage, "truncated_payload")
         self._isolated: Optional[IsolatedExtractor] = None
         self._extractor: Extractor = extract_html
         if self._config.isolation == "process":
@@ -161,6 +159,8 @@ class _ExtractFn(beam.DoFn):
             self._isolated.close()  # type: ignore[union-attr]
 
     def process(self, record: RawRecord) -> Iterator[object]:
+        if record.truncated:
+            self._truncated.inc()
         result = extract_record(record, self._config, lambda m: self._methods[m].inc(), self._extractor)
         if isinstance(result, Doc):
             yield result

@@ -61,6 +61,7 @@ class Extracted:
 _META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([a-zA-Z0-9_\-:.]+)""", re.I)
 _BOMS = ((codecs.BOM_UTF8, "utf-8"), (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))
 _HTML_SNIFF = re.compile(rb"<\s*(!doctype\s+html|html|head|body|title|p|div|meta)\b", re.I)
+_HTML_SNIFF_TEXT = re.compile(_HTML_SNIFF.pattern.decode(), re.I)
 _BLANK_LINES = re.compile(r"\n\s*\n+")
 _INVISIBLE_START = re.compile(r"<(script|style|svg|noscript|iframe|template)\b|<!--")
 _SPACES = {ord(c): " " for c in "\u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006"
@@ -89,31 +90,53 @@ def _codec(name: str) -> Optional[str]:
 def decode_html(payload: bytes, declared: str = "") -> tuple[str, str]:
     """(text, encoding) of an HTML body.
 
-    Order: a byte-order mark; valid UTF-8 (a declaration is often wrong, valid non-ASCII
-    UTF-8 almost never happens by accident); the charset declared in the HTTP header
-    or a ``<meta>`` tag if it decodes cleanly; else the detected encoding (uchardet via
-    resiliparse), decoding with replacement characters.
+    Order: a byte-order mark; valid UTF-8 without NUL bytes (a declaration is often
+    wrong, valid non-ASCII UTF-8 almost never happens by accident); the charset declared in the HTTP header
+    or a ``<meta>`` tag if it decodes cleanly and the page's ASCII markup is still
+    markup after decoding; else UTF-16 told by its NUL bytes, or the detected encoding
+    (uchardet via resiliparse), decoding with replacement characters.
     """
     for bom, name in _BOMS:
         if payload.startswith(bom):
             return payload[len(bom):].decode(name, "replace"), name
-    try:
-        return payload.decode("utf-8"), "utf-8"
-    except UnicodeDecodeError:
-        pass
+    if b"\x00" not in payload[:4096]:  # NUL bytes are UTF-16/32 text, valid UTF-8 or not
+        try:
+            return payload.decode("utf-8"), "utf-8"
+        except UnicodeDecodeError:
+            pass
     candidates = [declared]
     meta = _META_CHARSET.search(payload[:4096])
     if meta:
         candidates.append(meta.group(1).decode("ascii", "ignore"))
+    markup = looks_like_html(payload)
     for candidate in candidates:
         codec = _codec(candidate) if candidate else None
         if codec and codec not in ("utf-8", "ascii"):
             try:
-                return payload.decode(codec), codec
+                text = payload.decode(codec)
             except (UnicodeDecodeError, LookupError):
                 continue
-    detected = detect_encoding(payload)
+            # A declaration must agree with the bytes: ASCII markup in the bytes must still
+            # be markup after decoding (Latin-1 declared as UTF-16 decodes, into CJK).
+            if not markup or _HTML_SNIFF_TEXT.search(text[:1024]):
+                return text, codec
+    detected = _utf16_by_nul_bytes(payload) or detect_encoding(payload)
     return bytes_to_str(payload, detected), detected
+
+
+def _utf16_by_nul_bytes(payload: bytes) -> Optional[str]:
+    """UTF-16 without a byte-order mark: markup and Latin text put a NUL in every other
+    byte (odd positions for little-endian); uchardet does not see it."""
+    head = payload[:4096]
+    half = len(head) // 2
+    if half < 16:
+        return None
+    even, odd = head[0::2].count(0), head[1::2].count(0)
+    if odd > 0.3 * half and even < 0.05 * half:
+        return "utf-16-le"
+    if even > 0.3 * half and odd < 0.05 * half:
+        return "utf-16-be"
+    return None
 
 
 def looks_like_html(payload: bytes) -> bool:
