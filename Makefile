@@ -56,11 +56,11 @@ browser:
 	fi
 
 test: $(STAMP) browser engines
-	TOKENFACTORY_REQUIRE_BROWSER=1 $(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	TOKENFACTORY_REQUIRE_BROWSER=1 TOKENFACTORY_REQUIRE_SHARED=1 $(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 # the tests that run on Flink, Spark and Prism, alone (make test runs them too)
 test-engines: $(STAMP) engines
-	$(BIN)/python -m pytest -q -m engines $(PYTEST_ARGS)
+	TOKENFACTORY_REQUIRE_SHARED=1 $(BIN)/python -m pytest -q -m engines $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.run_all

@@ -16,10 +16,15 @@ logging.getLogger("apache_beam").setLevel(logging.WARNING)
 
 
 def shared(*parts: str) -> Path:
-    """A path under ../shared/data; the test is skipped (with the reason) if it is absent."""
+    """A path under ../shared/data. If it is absent the test fails under ``make test``
+    (``TOKENFACTORY_REQUIRE_SHARED=1``: CI must not pass by skipping) and is skipped,
+    with the reason, elsewhere."""
     path = SHARED.joinpath(*parts)
     if not path.exists():
-        pytest.skip(f"shared test data not present: {path}")
+        message = f"shared test data not present: {path} (set TOKENFACTORY_SHARED_DATA to its folder)"
+        if os.environ.get("TOKENFACTORY_REQUIRE_SHARED") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
     return path
 
 
