@@ -4,8 +4,11 @@ cold (archive bucket), each an fsspec URL.
 A dataset version is a directory ``<tier>/<version>/`` holding the files its
 ``index.json`` lists. Copies between tiers are:
 
-* verified: every shard's sha256 is computed while it streams and compared with
-  ``index.json`` before it is renamed into place;
+* complete: the shards, their documents tables and the tokenizer (index version 3) travel
+  together; every name is checked first (``storage.index``: one plain file name inside the
+  version, nothing that climbs out of it);
+* verified: every file's sha256 is computed while it streams and compared with
+  ``index.json`` before it is renamed into place (a shard's header field by field too);
 * atomic: on a filesystem a shard is written to ``.partial-<name>`` and renamed (an
   object store shows an object only once its upload completes); ``index.json`` is
   copied last, so a reader (which trusts only ``index.json``) never sees a partial
@@ -19,7 +22,8 @@ environment / instance profile only: the config has no key for them, and URLs ar
 only thing logged.
 
     python -m storage.tiers status  --config CONFIG
-    python -m storage.tiers verify  --config CONFIG --tier warm [--version V]
+    python -m storage.tiers verify  --config CONFIG --tier warm [--version V]   (every version
+            folder, incomplete ones too; every file in full: header, sha256, token ids)
     python -m storage.tiers promote --config CONFIG --version V [--from cold] [--to warm]
     python -m storage.tiers demote  --config CONFIG --version V [--from warm] [--to cold] [--delete-source]
     python -m storage.tiers gc      --config CONFIG [--keep 2]   (archive older warm versions to cold)
@@ -28,23 +32,29 @@ only thing logged.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import logging
-import os
 import sys
 import time
-import uuid
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any, Optional, Sequence
 
 import fsspec
 
-from storage.shards import HEADER_SIZE, header_sha256
+from storage.index import (VERSION_PATTERN, IndexFileError, VersionFile, check_version_name, validate_index,
+                           vocab_size_of)
+from storage.index import version_files as _index_files
+from storage.shards import ShardError
+from storage.tiercopy import TierError, copy_file, in_place
+from storage.tiercopy import join as _join
+from storage.verify import file_sha256, verify_shard
 
 _LOGGER = logging.getLogger(__name__)
 
-_BLOCK = 8 * 1024 * 1024
+__all__ = ["StorageConfig", "TierError", "copy_version", "delete_version", "gc", "incomplete_versions",
+           "list_versions", "main", "remove_stale_incomplete", "verify_version", "version_dirs",
+           "version_files"]
 
 
 @dataclass(frozen=True)
@@ -76,10 +86,6 @@ class StorageConfig:
         return value.rstrip("/")
 
 
-class TierError(RuntimeError):
-    """A copy or a verification failed; the message names the file."""
-
-
 def filesystem(url: str, storage: StorageConfig) -> tuple[Any, str]:
     """(fsspec filesystem, path) with the S3 write settings applied to s3:// URLs."""
     options: dict[str, Any] = {}
@@ -96,193 +102,162 @@ def filesystem(url: str, storage: StorageConfig) -> tuple[Any, str]:
     return fsspec.core.url_to_fs(url, **options)
 
 
-def _join(path: str, *parts: str) -> str:
-    return "/".join([path.rstrip("/"), *parts])
+def _version_dir(root: str, version: str) -> str:
+    try:
+        return _join(root, check_version_name(version, "--version"))
+    except IndexFileError as exc:
+        raise TierError(str(exc)) from None
 
 
 def read_index(fs: Any, version_dir: str) -> dict[str, Any]:
-    with fs.open(_join(version_dir, "index.json"), "rb") as fh:
-        return json.loads(fh.read())
-
-
-def version_files(index: dict[str, Any]) -> list[tuple[str, Optional[str]]]:
-    """(relative path, expected sha256 or None) of every file of the version but index.json."""
-    files: list[tuple[str, Optional[str]]] = [(_relative(s["name"]), s["sha256"]) for s in index["shards"]]
-    documents = [_relative(s["documents"]) for s in index["shards"] if "documents" in s]
-    if int(index.get("index_version", 1)) < 2:  # version 1: one documents table
-        documents = ["documents/part-00000-of-00001.parquet"]
-    return files + [(d, None) for d in documents]
-
-
-def _relative(name: Any) -> str:
-    """A file name from an index, checked: relative, inside the version, no ``..``."""
-    parts = str(name).replace("\\", "/").split("/")
-    if not isinstance(name, str) or not name or name.startswith("/") or any(p in ("", ".", "..") for p in parts):
-        raise TierError(f"index.json names a file outside its version: {name!r}")
-    return name
-
-
-def _shard_in_place(fs: Any, path: str, sha: Optional[str], size: Optional[int]) -> bool:
-    """True when ``path`` exists and is the expected shard (size + header checksum)."""
-    try:
-        info = fs.info(path)
-    except FileNotFoundError:
-        return False
-    if size is not None and int(info.get("size") or -1) != size:
-        return False
-    if sha is None:
-        return True
+    """The version's index.json, validated (``TierError`` naming it if unreadable or hostile)."""
+    path = _join(version_dir, "index.json")
     with fs.open(path, "rb") as fh:
-        return header_sha256(fh.read(HEADER_SIZE)) == sha
+        raw = fh.read()
+    try:
+        return validate_index(json.loads(raw), path)
+    except (ValueError, IndexFileError) as exc:
+        raise TierError(f"{path}: {exc}") from None
 
 
-def _object_store(fs: Any) -> bool:
-    protocols = fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)
-    return any(p in ("s3", "s3a", "gs", "gcs", "az", "abfs") for p in protocols)
-
-
-def _is_local_fs(fs: Any) -> bool:
-    protocols = fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)
-    return "file" in protocols or "local" in protocols
-
-
-def _download_file(src_fs: Any, src: str, dst_fs: Any, partial: str, dst: str, sha: Optional[str]) -> int:
-    """Remote → local: the filesystem's own streaming download (one request, no 8 MB
-    ranged reads: 3x faster on S3), then the sha256 of the local file, then rename."""
-    dst_fs.makedirs(dst.rsplit("/", 1)[0], exist_ok=True)
-    src_fs.get_file(src, partial)
-    header, digest = _local_sha(partial)
-    if sha is not None and (len(header) < HEADER_SIZE or digest != sha
-                            or header_sha256(header) != sha):
-        dst_fs.rm(partial)
-        raise TierError(f"checksum mismatch copying {src} (corrupt source?); destination left unchanged")
-    dst_fs.mv(partial, dst)
-    return int(dst_fs.info(dst)["size"])
-
-
-def _local_sha(path: str) -> tuple[bytes, str]:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        header = fh.read(HEADER_SIZE)
-        for block in iter(lambda: fh.read(_BLOCK), b""):
-            digest.update(block)
-    return header, digest.hexdigest()
-
-
-def _upload_file(src: str, dst_fs: Any, dst: str, sha: Optional[str]) -> int:
-    """Local → object store: verify the local file, then the store's own multipart upload
-    (the object appears only when it completes; the store checks each part's MD5)."""
-    if sha is not None:
-        header, digest = _local_sha(src)
-        if len(header) < HEADER_SIZE or digest != sha or header_sha256(header) != sha:
-            raise TierError(f"checksum mismatch copying {src} (corrupt source?); destination left unchanged")
-    dst_fs.put_file(src, dst)
-    return os.path.getsize(src)
-
-
-def _copy_file(src_fs: Any, src: str, dst_fs: Any, dst: str, sha: Optional[str]) -> int:
-    """Streams src → destination, verifying the sha256 on the way; returns bytes copied.
-
-    Filesystems get a ``.partial`` name and a rename; object stores get the final key
-    directly, because an object only appears once its upload completes (a rename there
-    is a second full copy: 3x slower, benchmarks/bench_tiers.py).
-    """
-    parent, name = dst.rsplit("/", 1)
-    direct = _object_store(dst_fs)
-    partial = dst if direct else _join(parent, f".partial-{uuid.uuid4().hex[:8]}-{name}")
-    if not direct and _is_local_fs(dst_fs) and not _is_local_fs(src_fs):
-        return _download_file(src_fs, src, dst_fs, partial, dst, sha)
-    if direct and _is_local_fs(src_fs):
-        return _upload_file(src, dst_fs, dst, sha)
-    digest = hashlib.sha256()
-    header = b""
-    copied = 0
-    dst_fs.makedirs(parent, exist_ok=True)
-    with src_fs.open(src, "rb") as fin, dst_fs.open(partial, "wb") as fout:
-        for block in iter(lambda: fin.read(_BLOCK), b""):
-            if len(header) < HEADER_SIZE:
-                need = HEADER_SIZE - len(header)
-                header += block[:need]
-                digest.update(block[need:])
-            else:
-                digest.update(block)
-            fout.write(block)
-            copied += len(block)
-    if sha is not None and (len(header) < HEADER_SIZE or digest.hexdigest() != sha
-                            or header_sha256(header) != sha):
-        dst_fs.rm(partial)
-        raise TierError(f"checksum mismatch copying {src} (corrupt source?); destination left unchanged")
-    if not direct:
-        dst_fs.mv(partial, dst)
-    return copied
+def version_files(index: dict[str, Any]) -> list[VersionFile]:
+    """Every file of the version but index.json (shards, documents tables, the tokenizer),
+    names checked: ``TierError`` for a name outside the version."""
+    try:
+        return _index_files(index)
+    except IndexFileError as exc:
+        raise TierError(str(exc)) from None
 
 
 def copy_version(version: str, src_url: str, dst_url: str, storage: StorageConfig) -> dict[str, Any]:
-    """Copies one dataset version between tiers (verified, atomic, resumable)."""
+    """Copies one dataset version between tiers (verified, atomic, resumable): shards,
+    documents tables and the tokenizer, then index.json last."""
     src_fs, src_root = filesystem(src_url, storage)
     dst_fs, dst_root = filesystem(dst_url, storage)
-    src_dir, dst_dir = _join(src_root, version), _join(dst_root, version)
+    src_dir, dst_dir = _version_dir(src_root, version), _version_dir(dst_root, version)
     index = read_index(src_fs, src_dir)
-    sizes = {s["name"]: s["num_bytes"] for s in index["shards"]}
+    entries = {s["name"]: s for s in index["shards"]}
     sent = skipped = copied_bytes = 0
     t0 = time.perf_counter()
-    for rel, sha in version_files(index):
-        src, dst = _join(src_dir, rel), _join(dst_dir, rel)
-        if _shard_in_place(dst_fs, dst, sha, sizes.get(rel)):
+    for f in version_files(index):
+        src, dst = _join(src_dir, f.name), _join(dst_dir, f.name)
+        if in_place(dst_fs, dst, f):
             skipped += 1
             continue
-        copied_bytes += _copy_file(src_fs, src, dst_fs, dst, sha)
+        copied_bytes += copy_file(src_fs, src, dst_fs, dst, f, entries.get(f.name), index.get("dtype"))
         sent += 1
-    _copy_file(src_fs, _join(src_dir, "index.json"), dst_fs, _join(dst_dir, "index.json"), None)
+    copy_file(src_fs, _join(src_dir, "index.json"), dst_fs, _join(dst_dir, "index.json"),
+               VersionFile("index.json", None, "unchecked"))
     seconds = time.perf_counter() - t0
     _LOGGER.info("copied %s from %s to %s: %d files sent, %d already there, %.1f MB in %.1fs",
                  version, src_url, dst_url, sent, skipped, copied_bytes / 1e6, seconds)
     return {"version": version, "sent": sent, "skipped": skipped, "bytes": copied_bytes, "seconds": seconds}
 
 
+def _verify_file(fs: Any, path: str, f: VersionFile, entry: Optional[dict[str, Any]],
+                 index: dict[str, Any]) -> Optional[str]:
+    try:
+        with fs.open(path, "rb") as fh:
+            if f.kind == "shard" and entry is not None:
+                verify_shard(fh, entry, path, index.get("dtype"), vocab_size_of(index))
+            elif f.sha256 is not None and file_sha256(fh) != f.sha256:
+                return f"{path}: checksum mismatch"
+    except FileNotFoundError:
+        return f"{path}: missing"
+    except ShardError as exc:
+        return str(exc)
+    return None
+
+
 def verify_version(url: str, version: str, storage: StorageConfig) -> list[str]:
-    """Problems found (missing, truncated or corrupt shards), empty when the version is sound."""
+    """Problems found, empty when the version is sound: a missing or unreadable index.json,
+    and per file listed (shards, documents tables, tokenizer): missing, truncated, a damaged
+    header, a checksum mismatch, token ids outside the vocabulary."""
     fs, root = filesystem(url, storage)
-    directory = _join(root, version)
+    directory = _version_dir(root, version)
     try:
         index = read_index(fs, directory)
+        files = version_files(index)
     except FileNotFoundError:
-        return [f"{directory}/index.json: missing (incomplete version)"]
+        what = "incomplete version" if fs.exists(directory) else "no such version"
+        return [f"{directory}/index.json: missing ({what})"]
+    except TierError as exc:
+        return [str(exc)]
+    entries = {s["name"]: s for s in index["shards"]}
     problems = []
-    for shard in index["shards"]:
-        path = _join(directory, _relative(shard["name"]))
-        try:
-            with fs.open(path, "rb") as fh:
-                data = fh.read()
-        except FileNotFoundError:
-            problems.append(f"{path}: missing")
-            continue
-        if len(data) != shard["num_bytes"]:
-            problems.append(f"{path}: {len(data)} bytes, index says {shard['num_bytes']}")
-        elif hashlib.sha256(data[HEADER_SIZE:]).hexdigest() != shard["sha256"]:
-            problems.append(f"{path}: checksum mismatch")
+    for f in files:
+        problem = _verify_file(fs, _join(directory, f.name), f, entries.get(f.name), index)
+        if problem:
+            problems.append(problem)
     return problems
+
+
+def version_dirs(url: str, storage: StorageConfig) -> list[str]:
+    """Every folder under a tier named like a version, with or without index.json, sorted."""
+    fs, root = filesystem(url, storage)
+    try:
+        entries = fs.ls(root, detail=True)
+    except FileNotFoundError:
+        return []
+    names = (e["name"].rstrip("/").rsplit("/", 1)[-1] for e in entries if e.get("type") == "directory")
+    return sorted(n for n in names if VERSION_PATTERN.fullmatch(n))
+
+
+def incomplete_versions(url: str, storage: StorageConfig) -> list[str]:
+    """Version folders without index.json: a write or a copy that was killed (or runs now)."""
+    fs, root = filesystem(url, storage)
+    return [v for v in version_dirs(url, storage) if not fs.exists(_join(root, v, "index.json"))]
+
+
+def _mtime(info: dict[str, Any]) -> Optional[float]:
+    """A file's modification time (seconds since the epoch) from an fsspec info dict."""
+    for key in ("mtime", "LastModified", "updated", "last_modified", "created"):
+        value = info.get(key)
+        if isinstance(value, (int, float)):
+            return float(value)
+        if isinstance(value, datetime):
+            return value.replace(tzinfo=value.tzinfo or timezone.utc).timestamp()
+        if isinstance(value, str):
+            try:
+                return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+            except ValueError:
+                continue
+    return None
+
+
+def remove_stale_incomplete(url: str, storage: StorageConfig, min_age_s: float,
+                            keep: Sequence[str] = (), now: Optional[float] = None) -> list[str]:
+    """Deletes the version folders without index.json in which nothing was written for
+    ``min_age_s`` seconds (newest file's modification time): leftovers of killed runs. A
+    folder whose times cannot be read, or named in ``keep``, is left alone."""
+    fs, root = filesystem(url, storage)
+    now = time.time() if now is None else now
+    removed = []
+    for version in incomplete_versions(url, storage):
+        if version in keep:
+            continue
+        directory = _join(root, version)
+        infos = list(fs.find(directory, detail=True, withdirs=True).values()) or [fs.info(directory)]
+        times = [_mtime(i) for i in infos]
+        if not times or any(t is None for t in times) or now - max(times) < min_age_s:  # type: ignore[type-var]
+            continue
+        fs.rm(directory, recursive=True)
+        _LOGGER.warning("removed %s: no index.json and nothing written for %.0f h (a killed run's leftover)",
+                        directory, (now - max(times)) / 3600)  # type: ignore[type-var]
+        removed.append(version)
+    return removed
 
 
 def list_versions(url: str, storage: StorageConfig) -> list[str]:
     """Complete versions (with index.json) under a tier, oldest first."""
     fs, root = filesystem(url, storage)
-    try:
-        entries = fs.ls(root, detail=False)
-    except FileNotFoundError:
-        return []
-    versions = []
-    for entry in entries:
-        name = entry.rstrip("/").rsplit("/", 1)[-1]
-        if name.startswith("v") and fs.exists(_join(root, name, "index.json")):
-            versions.append(name)
-    return sorted(versions)
+    return [v for v in version_dirs(url, storage) if fs.exists(_join(root, v, "index.json"))]
 
 
 def delete_version(url: str, version: str, storage: StorageConfig) -> None:
     """Removes index.json first (the version disappears for readers), then the rest."""
     fs, root = filesystem(url, storage)
-    directory = _join(root, version)
+    directory = _version_dir(root, version)
     fs.rm(_join(directory, "index.json"))
     fs.rm(directory, recursive=True)
 
@@ -329,6 +304,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             except ValueError:
                 continue
             out.write(f"{tier:<5} {url}: {', '.join(list_versions(url, storage)) or '(no versions)'}\n")
+            incomplete = incomplete_versions(url, storage)
+            if incomplete:
+                out.write(f"{'':<5} incomplete (no index.json): {', '.join(incomplete)}\n")
         return 0
     if args.command == "gc":
         for moved in gc(output, storage):
@@ -337,11 +315,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.command == "verify":
         url = storage.url(args.tier, output)
         problems = []
-        for version in [args.version] if args.version else list_versions(url, storage):
+        versions = [args.version] if args.version else version_dirs(url, storage)  # incomplete too
+        for version in versions:
             problems += verify_version(url, version, storage)
         for problem in problems:
             out.write(f"BAD {problem}\n")
-        out.write("verified: all shards match index.json\n" if not problems else "")
+        if not versions:
+            out.write(f"verified: no versions under {url}\n")
+        elif not problems:
+            out.write(f"verified: every file of {len(versions)} version(s) matches its index.json\n")
         return 1 if problems else 0
     if not args.version:
         parser.error(f"{args.command} needs --version")

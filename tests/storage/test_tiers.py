@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-import io
+import hashlib
 import json
+import os
+import time
 import uuid
 from pathlib import Path
 
@@ -14,11 +16,14 @@ import pytest
 
 from storage.shards import encode_shard
 from storage.tiers import (StorageConfig, TierError, copy_version, delete_version, gc, list_versions,
-                           main, verify_version, version_files)
+                           main, remove_stale_incomplete, verify_version, version_files)
 from tests.s3server import s3_endpoint, s3_env  # noqa: F401 (fixtures)
+from tests.storage.datasets import damage
 
 
-def make_version(root: Path, version: str, shards: int = 4, seed: int = 0) -> dict:
+def make_version(root: Path, version: str, shards: int = 4, seed: int = 0, index_version: int = 2) -> dict:
+    """A version of index version 2 (documents tables, no tokenizer) or 3 (the tokenizer
+    inside, checksums of every file, the vocabulary size)."""
     rng = np.random.default_rng(seed)
     directory = root / version
     (directory / "documents").mkdir(parents=True)
@@ -32,7 +37,14 @@ def make_version(root: Path, version: str, shards: int = 4, seed: int = 0) -> di
         (directory / documents).write_bytes(b"PAR1 stand-in %d" % i)
         entries.append({"name": name, "num_docs": n_docs, "num_tokens": n_tokens, "num_bytes": len(data),
                         "sha256": sha, "tier": "warm", "documents": documents})
-    index = {"version": version, "index_version": 2, "shards": entries}
+        if index_version >= 3:
+            entries[-1]["documents_sha256"] = hashlib.sha256(b"PAR1 stand-in %d" % i).hexdigest()
+    index = {"version": version, "index_version": index_version, "dtype": "uint16", "shards": entries}
+    if index_version >= 3:
+        model = b"sentencepiece stand-in " + version.encode()
+        (directory / "tokenizer.model").write_bytes(model)
+        index["tokenizer"] = {"path": "elsewhere/tokenizer.model", "file": "tokenizer.model",
+                              "sha256": hashlib.sha256(model).hexdigest(), "vocab_size": 30000, "eos_id": 2}
     (directory / "index.json").write_text(json.dumps(index))
     return index
 
@@ -73,19 +85,21 @@ def test_resumed_copy_sends_only_what_is_missing(tmp_path, s3_env):
 
 
 def test_version_files_per_shard_documents_legacy_and_hostile_names():
-    shards = [{"name": f"shard-{i:05d}-of-00002.tfs", "sha256": f"s{i}",
-               "documents": f"documents/shard-{i:05d}-of-00002.parquet"} for i in range(2)]
-    assert version_files({"index_version": 2, "shards": shards}) == [
-        ("shard-00000-of-00002.tfs", "s0"), ("shard-00001-of-00002.tfs", "s1"),
+    shards = [{"name": f"shard-{i:05d}-of-00002.tfs", "sha256": f"{i:064x}", "num_docs": 1, "num_tokens": 1,
+               "num_bytes": 114, "documents": f"documents/shard-{i:05d}-of-00002.parquet"} for i in range(2)]
+    assert [(f.name, f.sha256) for f in version_files({"index_version": 2, "shards": shards})] == [
+        ("shard-00000-of-00002.tfs", f"{0:064x}"), ("shard-00001-of-00002.tfs", f"{1:064x}"),
         ("documents/shard-00000-of-00002.parquet", None), ("documents/shard-00001-of-00002.parquet", None)]
     legacy = [{k: v for k, v in s.items() if k != "documents"} for s in shards]
-    assert version_files({"index_version": 1, "shards": legacy})[-1] == ("documents/part-00000-of-00001.parquet", None)
-    assert version_files({"shards": legacy})[-1] == ("documents/part-00000-of-00001.parquet", None)
+    assert version_files({"index_version": 1, "shards": legacy})[-1].name == "documents/part-00000-of-00001.parquet"
+    assert version_files({"shards": legacy})[-1].name == "documents/part-00000-of-00001.parquet"
     for bad in ("../../etc/passwd", "/abs/shard.tfs", "documents/../../x", "a//b", "", "./x"):
         with pytest.raises(TierError, match="outside its version"):
-            version_files({"index_version": 2, "shards": [{"name": bad, "sha256": "s"}]})
+            version_files({"index_version": 2, "shards": [dict(shards[0], name=bad)]})
         with pytest.raises(TierError, match="outside its version"):
             version_files({"index_version": 2, "shards": [dict(shards[0], documents=bad)]})
+    with pytest.raises(TierError, match="outside its version"):
+        version_files({"index_version": 3, "shards": [], "tokenizer": {"file": "../../x.model", "sha256": "0" * 64}})
 
 
 def test_corruption_detected_in_source_and_destination(tmp_path, s3_env):
@@ -134,3 +148,101 @@ def test_storage_config_validates_and_has_no_credentials():
         StorageConfig(s3_sse_kms_key_id="k")
     assert not any("key" in f or "secret" in f for f in StorageConfig.__dataclass_fields__
                    if f != "s3_sse_kms_key_id")
+
+
+@pytest.mark.parametrize("kind", ["header reserved byte", "header doc count", "header checksum field",
+                                  "document index byte", "truncated"])
+def test_verify_reads_the_whole_shard_header_included(tmp_path, kind):
+    make_version(tmp_path / "warm", "v1", index_version=3)
+    storage = StorageConfig(warm=str(tmp_path / "warm"))
+    assert verify_version(storage.warm, "v1", storage) == []
+    shard = tmp_path / "warm" / "v1" / "shard-00002-of-00004.tfs"
+    damage(kind, shard, str(tmp_path / "warm" / "v1" / "index.json"))
+    problems = verify_version(storage.warm, "v1", storage)
+    assert len(problems) == 1 and "shard-00002-of-00004.tfs" in problems[0], problems
+
+
+def test_verify_reports_a_version_whose_index_is_gone_and_damaged_extra_files(tmp_path, capsys):
+    for version in ("v1", "v2"):
+        make_version(tmp_path / "out" / "tokens", version, shards=2, index_version=3)
+    config = tmp_path / "job.yaml"
+    config.write_text(f"output: {tmp_path / 'out'}\ninputs: []\ncrawl:\n  seeds: [http://x]\n")
+    assert main(["verify", "--config", str(config)]) == 0
+    assert "every file of 2 version(s)" in capsys.readouterr().out
+    (tmp_path / "out" / "tokens" / "v1" / "index.json").unlink()
+    assert main(["verify", "--config", str(config)]) == 1
+    out = capsys.readouterr().out
+    assert "BAD " in out and "v1/index.json: missing (incomplete version)" in out and "verified" not in out
+    assert main(["status", "--config", str(config)]) == 0
+    assert "incomplete (no index.json): v1" in capsys.readouterr().out
+    assert main(["verify", "--config", str(config), "--version", "v9"]) == 1
+    assert "v9/index.json: missing (no such version)" in capsys.readouterr().out
+    (tmp_path / "out" / "tokens" / "v2" / "tokenizer.model").write_bytes(b"another model")
+    (tmp_path / "out" / "tokens" / "v2" / "documents" / "shard-00001-of-00002.parquet").write_bytes(b"PAR1 x")
+    problems = verify_version(str(tmp_path / "out" / "tokens"), "v2", StorageConfig())
+    assert sorted(p.rsplit("/", 1)[-1] for p in problems) == [
+        "shard-00001-of-00002.parquet: checksum mismatch", "tokenizer.model: checksum mismatch"]
+
+
+def test_verify_refuses_token_ids_outside_the_vocabulary(tmp_path):
+    index = make_version(tmp_path / "warm", "v1", shards=2, index_version=3)
+    index["tokenizer"]["vocab_size"] = 1000  # the shards hold ids up to 30,000
+    (tmp_path / "warm" / "v1" / "index.json").write_text(json.dumps(index))
+    problems = verify_version(str(tmp_path / "warm"), "v1", StorageConfig())
+    assert len(problems) == 2 and all("outside the vocabulary of 1000 ids" in p for p in problems)
+
+
+def test_promote_and_demote_carry_the_tokenizer_and_refuse_a_damaged_one(tmp_path, s3_env):
+    make_version(tmp_path / "warm", "v1", index_version=3)
+    storage = StorageConfig(warm=str(tmp_path / "warm"), cold=f"s3://{bucket()}/t")
+    result = copy_version("v1", storage.warm, storage.cold, storage)
+    assert result["sent"] == 9  # 4 shards, 4 documents tables, the tokenizer
+    assert verify_version(storage.cold, "v1", storage) == []
+    assert fsspec.filesystem("s3").cat(f"{storage.cold}/v1/tokenizer.model") == \
+        (tmp_path / "warm" / "v1" / "tokenizer.model").read_bytes()
+    copy_version("v1", storage.cold, str(tmp_path / "hot"), storage)
+    assert (tmp_path / "hot" / "v1" / "tokenizer.model").read_bytes() == b"sentencepiece stand-in v1"
+    (tmp_path / "warm" / "v1" / "tokenizer.model").write_bytes(b"retrained since")
+    with pytest.raises(TierError, match="tokenizer.model"):
+        copy_version("v1", storage.warm, str(tmp_path / "other"), storage)
+    assert not (tmp_path / "other" / "v1" / "index.json").exists()
+
+
+def test_older_index_versions_still_copy_and_verify(tmp_path):
+    make_version(tmp_path / "warm", "v2", index_version=2)
+    legacy = make_version(tmp_path / "warm", "v1", shards=2, index_version=2)
+    for entry in legacy["shards"]:
+        del entry["documents"]
+    legacy["index_version"] = 1
+    (tmp_path / "warm" / "v1" / "documents" / "part-00000-of-00001.parquet").write_bytes(b"PAR1 all")
+    (tmp_path / "warm" / "v1" / "index.json").write_text(json.dumps(legacy))
+    storage = StorageConfig(warm=str(tmp_path / "warm"))
+    for version, files in (("v1", 3), ("v2", 8)):
+        assert copy_version(version, storage.warm, str(tmp_path / "hot"), storage)["sent"] == files
+        assert verify_version(str(tmp_path / "hot"), version, storage) == []
+
+
+@pytest.mark.parametrize("version", ["../../x", "..", "v1/../../x", "/etc"])
+def test_hostile_version_names_are_refused_before_any_write(tmp_path, version):
+    make_version(tmp_path / "warm", "v1")
+    storage = StorageConfig(warm=str(tmp_path / "warm"))
+    with pytest.raises(TierError, match="--version"):
+        copy_version(version, storage.warm, str(tmp_path / "a" / "b" / "hot"), storage)
+    with pytest.raises(TierError, match="--version"):
+        delete_version(storage.warm, version, storage)
+    assert not (tmp_path / "a").exists() and (tmp_path / "warm" / "v1" / "index.json").exists()
+
+
+def test_stale_incomplete_versions_are_removed_after_the_safety_age(tmp_path):
+    root = tmp_path / "tokens"
+    make_version(root, "v1", shards=1)
+    for name in ("v2", "v3"):
+        (root / name).mkdir()
+        (root / name / "shard-00000-of-00001.tfs").write_bytes(b"a killed run's shard")
+    now = time.time()
+    os.utime(root / "v2" / "shard-00000-of-00001.tfs", (now - 3601, now - 3601))
+    os.utime(root / "v2", (now - 3601, now - 3601))
+    storage = StorageConfig()
+    assert remove_stale_incomplete(str(root), storage, min_age_s=3600, keep=["v3"], now=now + 3600) == ["v2"]
+    assert remove_stale_incomplete(str(root), storage, min_age_s=3600, now=now) == []  # v3: written just now
+    assert sorted(p.name for p in root.iterdir()) == ["v1", "v3"]

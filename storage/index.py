@@ -1,0 +1,176 @@
+"""``index.json`` of a token version: the names it may hold, the files it lists, its versions.
+
+Every name read from an index becomes part of a path (``<tier>/<version>/<name>``, the hot
+cache's ``<hot>/_cache/<version>-<url hash>/<name>``), so each one is checked against a fixed
+pattern before use: a version is one path component, a shard is ``<stem>.tfs``, a documents
+table is ``documents/<stem>.parquet``, the tokenizer is ``<stem>.model``; a stem starts with a
+letter or digit and holds only letters, digits, ``.``, ``_`` and ``-``. So ``..``, ``/``,
+``\\``, empty names and absolute paths never reach a filesystem call.
+
+Index versions: 1 (one ``documents/part-00000-of-00001.parquet`` for the whole version),
+2 (a documents table per shard, ``shards[].documents``), 3 (also the tokenizer inside the
+version, ``tokenizer.file``, with its special ids, and a sha256 of every documents table).
+Readers of every version are kept; writers write ``INDEX_VERSION``.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from typing import Any, Optional
+
+_LOGGER = logging.getLogger(__name__)
+
+INDEX_VERSION = 3
+READABLE_INDEX_VERSIONS = (1, 2, 3)
+LEGACY_DOCUMENTS = "documents/part-00000-of-00001.parquet"  # index version 1
+
+_STEM = r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}"
+VERSION_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+SHARD_PATTERN = re.compile(_STEM + r"\.tfs")
+DOCUMENTS_PATTERN = re.compile(r"documents/" + _STEM + r"\.parquet")
+TOKENIZER_PATTERN = re.compile(_STEM + r"\.model")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+DTYPES = {"uint16": 2, "uint32": 4}
+MAX_TOKEN_ID = (1 << 32) - 1  # uint32 ids
+
+
+class IndexFileError(ValueError):
+    """An index.json with a hostile name, a missing or mistyped field; the message names
+    the index and the field."""
+
+
+@dataclass(frozen=True)
+class VersionFile:
+    """A file of a version other than index.json. ``kind``: ``shard`` (``sha256`` is the
+    checksum of every byte after the 96-byte header, as in the shard's header), ``file``
+    (``sha256`` of the whole file) or ``unchecked`` (older indexes record no checksum)."""
+
+    name: str
+    sha256: Optional[str]
+    kind: str
+    num_bytes: Optional[int] = None
+
+
+def _check(pattern: re.Pattern[str], name: Any, what: str, where: str) -> str:
+    if not isinstance(name, str) or not pattern.fullmatch(name):
+        raise IndexFileError(f"{where}: {what} {name!r} is not a plain file name inside its version "
+                             f"(outside its version or not of the form {pattern.pattern})")
+    return name
+
+
+def check_version_name(name: Any, where: str = "index.json") -> str:
+    """A version name: one path component of letters, digits, ``.``, ``_``, ``-``."""
+    return _check(VERSION_PATTERN, name, "version", where)
+
+
+def check_shard_name(name: Any, where: str = "index.json") -> str:
+    return _check(SHARD_PATTERN, name, "shard name", where)
+
+
+def check_documents_name(name: Any, where: str = "index.json") -> str:
+    return _check(DOCUMENTS_PATTERN, name, "documents table", where)
+
+
+def check_tokenizer_name(name: Any, where: str = "index.json") -> str:
+    return _check(TOKENIZER_PATTERN, name, "tokenizer file", where)
+
+
+def _count(entry: dict[str, Any], key: str, where: str) -> int:
+    value = entry.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise IndexFileError(f"{where}: {key} must be an integer >= 0, got {value!r}")
+    return value
+
+
+def _sha(value: Any, key: str, where: str) -> str:
+    if not isinstance(value, str) or not _SHA256.fullmatch(value):
+        raise IndexFileError(f"{where}: {key} must be 64 lowercase hex digits, got {value!r}")
+    return value
+
+
+def index_version(index: dict[str, Any]) -> int:
+    return int(index.get("index_version", 1))
+
+
+def validate_index(index: Any, where: str = "index.json") -> dict[str, Any]:
+    """``index`` itself when every name and field a reader uses is sound, else
+    ``IndexFileError`` naming ``where`` and the field."""
+    if not isinstance(index, dict) or not isinstance(index.get("shards"), list):
+        raise IndexFileError(f"{where}: not a token index (no shards list)")
+    version = index_version(index)
+    if version not in READABLE_INDEX_VERSIONS:
+        raise IndexFileError(f"{where}: index_version {version} is not one of {READABLE_INDEX_VERSIONS} "
+                             "(written by a newer tokenfactory?)")
+    if "version" in index:
+        check_version_name(index["version"], where)
+    dtype = index.get("dtype")
+    if dtype is not None and dtype not in DTYPES:
+        raise IndexFileError(f"{where}: dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+    seen: set[str] = set()
+    for i, entry in enumerate(index["shards"]):
+        at = f"{where}: shards[{i}]"
+        if not isinstance(entry, dict):
+            raise IndexFileError(f"{at}: not an object")
+        name = check_shard_name(entry.get("name"), at)
+        if name in seen:
+            raise IndexFileError(f"{at}: shard {name} is listed twice")
+        seen.add(name)
+        for key in ("num_docs", "num_tokens", "num_bytes"):
+            _count(entry, key, f"{at} ({name})")
+        _sha(entry.get("sha256"), "sha256", f"{at} ({name})")
+        if "documents" in entry:
+            check_documents_name(entry["documents"], at)
+        if entry.get("documents_sha256") is not None:
+            _sha(entry["documents_sha256"], "documents_sha256", f"{at} ({name})")
+    tokenizer = index.get("tokenizer")
+    if isinstance(tokenizer, dict) and tokenizer.get("file") is not None:
+        check_tokenizer_name(tokenizer["file"], f"{where}: tokenizer")
+        _sha(tokenizer.get("sha256"), "tokenizer.sha256", where)
+    vocab = vocab_size_of(index)
+    if vocab is not None and not 0 < vocab <= MAX_TOKEN_ID + 1:
+        raise IndexFileError(f"{where}: vocab_size {vocab} outside 1..{MAX_TOKEN_ID + 1}")
+    return index
+
+
+def vocab_size_of(index: dict[str, Any]) -> Optional[int]:
+    """The tokenizer's vocabulary size if the index records it (version 3: ``tokenizer``;
+    version 2: top-level ``vocab_size``), else None."""
+    tokenizer = index.get("tokenizer")
+    value = tokenizer.get("vocab_size") if isinstance(tokenizer, dict) else None
+    value = index.get("vocab_size") if value is None else value
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise IndexFileError(f"index.json: vocab_size must be an integer, got {value!r}")
+    return value
+
+
+def special_ids(index: dict[str, Any]) -> dict[str, Optional[int]]:
+    """The tokenizer's ``eos_id``, ``bos_id``, ``pad_id``, ``unk_id`` (None when absent or
+    not recorded: indexes before version 3 have none) and ``vocab_size``."""
+    tokenizer = index.get("tokenizer") if isinstance(index.get("tokenizer"), dict) else {}
+    out: dict[str, Optional[int]] = {}
+    for key in ("eos_id", "bos_id", "pad_id", "unk_id"):
+        value = tokenizer.get(key)
+        out[key] = value if isinstance(value, int) and value >= 0 else None
+    out["vocab_size"] = vocab_size_of(index)
+    return out
+
+
+def version_files(index: dict[str, Any], where: str = "index.json") -> list[VersionFile]:
+    """Every file of the version but index.json, checked: shards, documents tables, the
+    tokenizer (version 3). Version 1 lists one documents table for the whole version."""
+    validate_index(index, where)
+    files = [VersionFile(s["name"], s["sha256"], "shard", int(s["num_bytes"])) for s in index["shards"]]
+    if index_version(index) < 2:
+        files.append(VersionFile(LEGACY_DOCUMENTS, None, "unchecked"))
+    else:
+        files += [VersionFile(s["documents"], s.get("documents_sha256"),
+                              "file" if s.get("documents_sha256") else "unchecked")
+                  for s in index["shards"] if "documents" in s]
+    tokenizer = index.get("tokenizer")
+    if isinstance(tokenizer, dict) and tokenizer.get("file"):
+        files.append(VersionFile(tokenizer["file"], tokenizer["sha256"], "file"))
+    return files

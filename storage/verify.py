@@ -1,0 +1,161 @@
+"""Checking a shard file against the ``index.json`` entry that lists it.
+
+One pass over the file (8 MiB blocks) checks everything a reader relies on:
+
+* the size is ``num_bytes``;
+* every header field: magic, format version, token width (= the index's ``dtype``),
+  document and token counts (= the entry's), payload and index offsets, the reserved
+  bytes (zero) and the checksum field (= the entry's ``sha256``);
+* the sha256 of every byte after the header (= the entry's ``sha256``): the payload and
+  the document index;
+* the document index: starts at 0, never decreases, ends at the token count;
+* every token id is below the tokenizer's vocabulary size, when the index records it.
+
+A failure is a ``ShardError`` whose message names the shard and what differs. The cost is
+about that of sha256 (see ``docs/SHARD_FORMAT.md`` for the measured figure).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass
+from typing import Any, BinaryIO, Optional
+
+import numpy as np
+
+from storage.index import DTYPES
+from storage.shards import FORMAT_VERSION, HEADER_SIZE, MAGIC, ShardError, _HEADER
+
+_LOGGER = logging.getLogger(__name__)
+
+BLOCK = 8 * 1024 * 1024  # a multiple of 8: token and index blocks stay aligned
+
+
+@dataclass(frozen=True)
+class Header:
+    width: int
+    num_docs: int
+    num_tokens: int
+    payload_at: int
+    index_at: int
+    sha256: str
+
+
+def check_header(header: bytes, entry: dict[str, Any], name: str, dtype: Optional[str] = None) -> Header:
+    """The parsed header when it is exactly what ``entry`` (and the index's ``dtype``)
+    imply, else ``ShardError`` naming ``name`` and the field."""
+    if len(header) < HEADER_SIZE:
+        raise ShardError(f"{name}: {len(header)} bytes, shorter than the {HEADER_SIZE}-byte header "
+                         "(truncated shard)")
+    magic, version, width, docs, tokens, payload_at, index_at, sha, reserved = _HEADER.unpack_from(header)
+    if magic != MAGIC:
+        raise ShardError(f"{name}: not a token shard (magic {magic!r}, damaged header?)")
+    if version != FORMAT_VERSION:
+        raise ShardError(f"{name}: header format version {version}, expected {FORMAT_VERSION} (damaged header?)")
+    want = entry.get("dtype") or dtype
+    expected_width = DTYPES.get(str(want)) if want else None
+    if width not in (2, 4) or (expected_width is not None and width != expected_width):
+        raise ShardError(f"{name}: header token width {width} bytes, index.json says "
+                         f"{want or 'uint16 or uint32'} (dtype differs or damaged header)")
+    for field, value in (("num_docs", docs), ("num_tokens", tokens)):
+        if value != int(entry[field]):
+            raise ShardError(f"{name}: header {field} {value}, index.json says {entry[field]} (damaged header?)")
+    if payload_at != HEADER_SIZE or index_at != HEADER_SIZE + tokens * width:
+        raise ShardError(f"{name}: header offsets {payload_at}/{index_at} do not match {tokens} tokens "
+                         f"of {width} bytes (damaged header)")
+    if reserved != b"\0" * len(reserved):
+        raise ShardError(f"{name}: reserved header bytes are not zero (damaged header)")
+    if sha.hex() != entry["sha256"]:
+        raise ShardError(f"{name}: header checksum {sha.hex()[:12]}..., index.json says "
+                         f"{entry['sha256'][:12]}... (not the shard index.json lists)")
+    expected_size = HEADER_SIZE + tokens * width + 8 * (docs + 1)
+    if int(entry["num_bytes"]) != expected_size:
+        raise ShardError(f"{name}: index.json says {entry['num_bytes']} bytes, its header implies "
+                         f"{expected_size}")
+    return Header(width, docs, tokens, payload_at, index_at, sha.hex())
+
+
+def check_document_index(bounds: np.ndarray, num_tokens: int, name: str) -> None:
+    """``bounds`` (uint64 document boundaries) start at 0, never decrease, end at ``num_tokens``."""
+    if len(bounds) == 0 or bounds[0] != 0 or bounds[-1] != num_tokens:
+        raise ShardError(f"{name}: document index does not run from 0 to {num_tokens} tokens (corrupt)")
+    if len(bounds) > 1 and bool(np.any(bounds[1:] < bounds[:-1])):
+        raise ShardError(f"{name}: document index decreases (corrupt)")
+
+
+def verify_shard(fh: BinaryIO, entry: dict[str, Any], name: str, dtype: Optional[str] = None,
+                 vocab_size: Optional[int] = None, checksum: bool = True) -> Header:
+    """Reads the whole shard from ``fh`` once and checks it (see the module docstring);
+    ``checksum=False`` skips only the sha256."""
+    header = check_header(_read_exact(fh, HEADER_SIZE), entry, name, dtype)
+    token_bytes = header.num_tokens * header.width
+    total = token_bytes + 8 * (header.num_docs + 1)
+    digest = hashlib.sha256()
+    token_dtype = np.dtype(f"<u{header.width}")
+    top = 0
+    index_parts: list[bytes] = []
+    buffer = memoryview(bytearray(BLOCK))  # one buffer, no copies: hashing runs at sha256's speed
+    done = 0
+    while done <= total:  # one block past the end is enough to tell an overlong file
+        n = _read_into(fh, buffer)
+        if not n:
+            break
+        chunk = buffer[:n]
+        if checksum:
+            digest.update(chunk)
+        tokens_here = min(n, max(0, token_bytes - done))
+        if tokens_here and vocab_size is not None:
+            usable = tokens_here - tokens_here % header.width  # whole tokens unless truncated
+            top = max(top, int(np.frombuffer(chunk[:usable], dtype=token_dtype).max(initial=0)))
+        if done + n > token_bytes:
+            index_parts.append(bytes(chunk[max(0, token_bytes - done):]))
+        done += n
+    if done != total:
+        raise ShardError(f"{name}: {HEADER_SIZE + done}{'+' if done > total else ''} bytes, index.json says "
+                         f"{entry['num_bytes']} (truncated or overlong shard)")
+    if checksum and digest.hexdigest() != entry["sha256"]:
+        raise ShardError(f"{name}: checksum mismatch (corrupt shard: its bytes are not the ones "
+                         "index.json lists)")
+    check_document_index(np.frombuffer(b"".join(index_parts), dtype="<u8"), header.num_tokens, name)
+    if vocab_size is not None and header.num_tokens and top >= vocab_size:
+        raise ShardError(f"{name}: token id {top} is outside the vocabulary of {vocab_size} ids")
+    return header
+
+
+def _read_into(fh: BinaryIO, buffer: memoryview) -> int:
+    """Fills ``buffer`` from ``fh`` (fewer bytes only at the end of the file)."""
+    got = 0
+    readinto = getattr(fh, "readinto", None)
+    while got < len(buffer):
+        if readinto is not None:
+            n = readinto(buffer[got:])
+        else:
+            part = fh.read(len(buffer) - got)
+            n = len(part)
+            buffer[got:got + n] = part
+        if not n:
+            break
+        got += n
+    return got
+
+
+def _read_exact(fh: BinaryIO, size: int) -> bytes:
+    """``size`` bytes, or fewer only at the end of the file (some file objects return
+    short reads)."""
+    parts, got = [], 0
+    while got < size:
+        part = fh.read(size - got)
+        if not part:
+            break
+        parts.append(part)
+        got += len(part)
+    return b"".join(parts)
+
+
+def file_sha256(fh: BinaryIO) -> str:
+    """The sha256 of everything left in ``fh`` (a documents table, a tokenizer)."""
+    digest = hashlib.sha256()
+    for block in iter(lambda: fh.read(BLOCK), b""):
+        digest.update(block)
+    return digest.hexdigest()

@@ -1,0 +1,92 @@
+"""index.json names and versions: hostile names refused, every index version still read."""
+
+from __future__ import annotations
+
+import pytest
+
+from storage.index import (IndexFileError, check_documents_name, check_shard_name, check_tokenizer_name,
+                           check_version_name, special_ids, validate_index, version_files)
+
+SHA = "ab" * 32
+HOSTILE = ["..", ".", "", "../../..", "../x", "a/b", "/abs", "v1/../..", "x\\y", "v1\x00", "v1\n", " v1", "-rf",
+           ".hidden", "v\u2028", "v1/", "~root", None, 5, ["v1"]]
+
+
+@pytest.mark.parametrize("name", HOSTILE)
+def test_hostile_version_names_are_refused(name):
+    with pytest.raises(IndexFileError, match="version"):
+        check_version_name(name)
+    with pytest.raises(IndexFileError, match="outside its version"):
+        validate_index({"version": name, "shards": []}, "s3://b/index.json")
+
+
+@pytest.mark.parametrize("name", HOSTILE + ["../../x.tfs", "x.tfs/../../y.tfs", "/tmp/x.tfs", "x.tfs.partial",
+                                            "documents/x.tfs", ".tfs"])
+def test_hostile_shard_names_are_refused(name):
+    entry = {"name": name, "num_docs": 1, "num_tokens": 1, "num_bytes": 112, "sha256": SHA}
+    with pytest.raises(IndexFileError, match="shard name"):
+        validate_index({"version": "v1", "shards": [entry]}, "idx")
+
+
+@pytest.mark.parametrize("name", ["../x.parquet", "documents/../../x.parquet", "/documents/x.parquet",
+                                  "documents/a/b.parquet", "x.parquet", "documents/.parquet", ""])
+def test_hostile_documents_names_are_refused(name):
+    with pytest.raises(IndexFileError, match="documents table"):
+        check_documents_name(name)
+
+
+@pytest.mark.parametrize("name", ["../t.model", "tok/../../t.model", "/etc/t.model", "a/t.model", ".model",
+                                  "tokenizer.model.tmp", "", None])
+def test_hostile_tokenizer_names_are_refused(name):
+    with pytest.raises(IndexFileError, match="tokenizer file"):
+        check_tokenizer_name(name)
+
+
+def test_plain_names_pass():
+    assert check_version_name("v20261129T194757-b8f58a35") == "v20261129T194757-b8f58a35"
+    assert check_shard_name("shard-00000-of-00012.tfs") and check_shard_name("s0.tfs")
+    assert check_documents_name("documents/shard-00000-of-00012.parquet")
+    assert check_tokenizer_name("tokenizer.model")
+
+
+def entry(i: int, **extra) -> dict:
+    return {"name": f"shard-{i:05d}-of-00002.tfs", "num_docs": 1, "num_tokens": 3, "num_bytes": 110,
+            "sha256": f"{i:064x}", **extra}
+
+
+def test_version_files_of_index_versions_1_2_and_3():
+    v1 = {"version": "v1", "shards": [entry(0), entry(1)]}
+    assert [(f.name, f.kind) for f in version_files(v1)] == [
+        ("shard-00000-of-00002.tfs", "shard"), ("shard-00001-of-00002.tfs", "shard"),
+        ("documents/part-00000-of-00001.parquet", "unchecked")]
+    v2 = {"version": "v2", "index_version": 2,
+          "shards": [entry(i, documents=f"documents/shard-{i:05d}-of-00002.parquet") for i in range(2)]}
+    assert [(f.name, f.sha256, f.kind) for f in version_files(v2)][2:] == [
+        ("documents/shard-00000-of-00002.parquet", None, "unchecked"),
+        ("documents/shard-00001-of-00002.parquet", None, "unchecked")]
+    v3 = {"version": "v3", "index_version": 3,
+          "tokenizer": {"file": "tokenizer.model", "sha256": SHA, "vocab_size": 400, "eos_id": 2, "bos_id": 1,
+                        "pad_id": -1, "unk_id": 0},
+          "shards": [entry(0, documents="documents/shard-00000-of-00002.parquet", documents_sha256=SHA)]}
+    assert [(f.name, f.sha256, f.kind) for f in version_files(v3)] == [
+        ("shard-00000-of-00002.tfs", f"{0:064x}", "shard"),
+        ("documents/shard-00000-of-00002.parquet", SHA, "file"), ("tokenizer.model", SHA, "file")]
+    assert special_ids(v3) == {"eos_id": 2, "bos_id": 1, "pad_id": None, "unk_id": 0, "vocab_size": 400}
+    assert special_ids({"vocab_size": 500, "shards": []})["vocab_size"] == 500  # version 2: top level
+    assert special_ids(v1) == {"eos_id": None, "bos_id": None, "pad_id": None, "unk_id": None, "vocab_size": None}
+
+
+@pytest.mark.parametrize("bad,match", [
+    ({"version": "v", "index_version": 4, "shards": []}, "index_version 4"),
+    ({"version": "v", "shards": [entry(0), entry(0)]}, "listed twice"),
+    ({"version": "v", "shards": [entry(0, num_tokens=-1)]}, "num_tokens"),
+    ({"version": "v", "shards": [entry(0, num_bytes="112")]}, "num_bytes"),
+    ({"version": "v", "shards": [entry(0, sha256="XYZ")]}, "sha256"),
+    ({"version": "v", "dtype": "float32", "shards": []}, "dtype"),
+    ({"version": "v", "vocab_size": 1 << 33, "shards": []}, "vocab_size"),
+    ({"version": "v", "tokenizer": {"file": "../t.model", "sha256": SHA}, "shards": []}, "tokenizer file"),
+    ([], "not a token index"),
+])
+def test_malformed_indexes_name_the_field(bad, match):
+    with pytest.raises(IndexFileError, match=match):
+        validate_index(bad, "gs://b/v/index.json")
