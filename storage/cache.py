@@ -1,15 +1,20 @@
-"""The hot-tier shard cache: verified local copies under a byte budget, LRU, pinned shards.
+"""The shard cache: verified shards, local ones in place, remote ones in the shared hot tier.
 
-Shards of a local dataset version are read in place. Remote ones (s3://, https://, ...)
-are downloaded to a temporary name in the hot directory, checked against the sha256 in
-``index.json`` and renamed; when the cache is over its byte budget the least recently
-used shards that are not pinned are deleted first. Downloads retry with exponential
-backoff and jitter. Shards are opened as read-only memory maps of the token payload.
+Shards of a local dataset version are read in place; remote ones (s3://, https://, ...)
+are downloaded into the hot directory (``storage.hotdir``: shared by every process of the
+machine under one byte budget, LRU, shards in use pinned, atomic rename). Every shard is
+checked against its ``index.json`` entry once per process before its tokens are served
+(``storage.verify``: size, every header field, the sha256 of payload and document index,
+token ids below the vocabulary, the dtype), local or downloaded, and again if the file
+under that name changes. Any damage is a ``ShardError`` naming the shard. Downloads retry
+with exponential backoff and jitter (a missing file is not retried). Tokens are served as
+read-only memory maps.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import logging
 import os
@@ -17,25 +22,31 @@ import random
 import tempfile
 import threading
 import time
-from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 import fsspec
 import numpy as np
 
-from storage.shards import HEADER_SIZE, ShardError, _HEADER
+from storage.hotdir import CacheFullError, HotDir
+from storage.index import IndexFileError, check_shard_name, validate_index, vocab_size_of
+from storage.shards import HEADER_SIZE, ShardError
+from storage.verify import Header, check_document_index, check_header, verify_shard
 
 _LOGGER = logging.getLogger(__name__)
+
+__all__ = ["CacheFullError", "CacheStats", "ShardCache"]
 
 
 @dataclass
 class CacheStats:
     hits: int = 0
-    misses: int = 0
+    misses: int = 0  # downloads made by this process
     bytes_fetched: int = 0
     evictions: int = 0
     retries: int = 0
+    verified: int = 0  # shards checked in full by this process
+    verify_s: float = 0.0  # time spent checking them
 
     @property
     def hit_rate(self) -> float:
@@ -43,165 +54,222 @@ class CacheStats:
         return self.hits / total if total else 0.0
 
 
-class CacheFullError(RuntimeError):
-    """The byte budget cannot hold the shard next to the pinned ones."""
-
-
 def _is_local(url: str) -> bool:
     return fsspec.core.split_protocol(url)[0] in (None, "file", "local")
+
+
+def _stamp(path: str, hot: bool) -> tuple[int, ...]:
+    """What identifies the file checked: inode and size, and for a file read in place its
+    modification time too (hot files get their mtime set on every hit, for the LRU)."""
+    st = os.stat(path)
+    return (st.st_ino, st.st_size) if hot else (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 @dataclass
 class ShardCache:
     hot_dir: str = field(default_factory=lambda: os.path.join(tempfile.gettempdir(), "tokenfactory-hot"))
     budget_bytes: int = 0  # 0: no limit
-    verify: bool = True
+    verify: bool = True  # False: header, size and document index only, no sha256 or vocabulary pass
     retries: int = 4
     backoff_s: float = 0.2
+    full_wait_s: float = 120.0  # how long to wait for other processes to free the budget
 
     def __post_init__(self) -> None:
         self.stats = CacheStats()
-        self._lru: OrderedDict[str, int] = OrderedDict()  # local path -> bytes
-        self._pins: dict[str, int] = {}
-        self._maps: dict[str, np.ndarray] = {}
+        self._maps: dict[str, np.ndarray] = {}  # pinned shards only
         self._indexes: dict[str, dict[str, Any]] = {}
+        self._entries: dict[str, dict[str, dict[str, Any]]] = {}
+        self._checked: dict[str, tuple[tuple[int, ...], Header]] = {}  # path -> (file stamp, header)
+        self._local_pins: dict[str, int] = {}
         self._inflight: dict[str, threading.Event] = {}
-        self._reserved = 0
+        self._doc_indexes: dict[str, np.ndarray] = {}
         self._lock = threading.Lock()
-        os.makedirs(self.hot_dir, exist_ok=True)
-        self._remove_stale_partials()
+        self.hot = HotDir(self.hot_dir, self.budget_bytes)
+        removed = self.hot.remove_stale_partials()
+        if removed:
+            _LOGGER.info("removed %d stale partial downloads from %s", removed, self.hot.root)
 
-    def _remove_stale_partials(self) -> None:
-        """Partial downloads of a killed process never become shards: delete them."""
-        for folder, _, files in os.walk(self.hot_dir):
-            for name in files:
-                if ".partial-" in name:
-                    try:
-                        os.remove(os.path.join(folder, name))
-                    except OSError:
-                        pass
+    @property
+    def _pins(self) -> dict[str, int]:
+        """Pin counts of this process (local and hot shards)."""
+        pins = {p: n for p, n in self._local_pins.items() if n}
+        pins.update({p: self.hot.pinned(p) for p in list(self.hot._pins)})
+        return pins
+
+    def _pinned(self, path: str) -> bool:
+        return bool(self._local_pins.get(path) or self.hot.pinned(path))
 
     def __getstate__(self) -> dict[str, Any]:
-        """Picklable for spawned DataLoader workers: settings and indexes travel, locks,
-        memory maps and LRU state are rebuilt in the worker."""
+        """Picklable for spawned DataLoader workers: settings and indexes travel; locks,
+        memory maps, pins and checks are per process and rebuilt in the worker."""
         return {"hot_dir": self.hot_dir, "budget_bytes": self.budget_bytes, "verify": self.verify,
-                "retries": self.retries, "backoff_s": self.backoff_s, "indexes": self._indexes}
+                "retries": self.retries, "backoff_s": self.backoff_s, "full_wait_s": self.full_wait_s,
+                "indexes": self._indexes}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         indexes = state.pop("indexes")
         self.__init__(**state)  # type: ignore[misc]
         self._indexes = indexes
 
+    # --- the index ------------------------------------------------------------------------
     def read_index(self, url: str) -> dict[str, Any]:
+        """The validated index (every name checked before it becomes a path)."""
         if url not in self._indexes:
-            with fsspec.open(url, "rb") as fh:
-                self._indexes[url] = json.loads(fh.read())
+            try:
+                with fsspec.open(url, "rb") as fh:
+                    index = json.loads(fh.read())
+            except json.JSONDecodeError as exc:
+                raise IndexFileError(f"{url}: not JSON ({exc})") from None
+            self._indexes[url] = validate_index(index, url)
         return self._indexes[url]
 
     def _entry(self, index_url: str, name: str) -> dict[str, Any]:
-        for shard in self.read_index(index_url)["shards"]:
-            if shard["name"] == name:
-                return shard
-        raise ShardError(f"{name}: not listed in {index_url}")
+        check_shard_name(name, index_url)
+        entries = self._entries.get(index_url)
+        if entries is None:
+            entries = {s["name"]: s for s in self.read_index(index_url)["shards"]}
+            self._entries[index_url] = entries
+        if name not in entries:
+            raise ShardError(f"{name}: not listed in {index_url}")
+        return entries[name]
 
     def _source(self, index_url: str, name: str) -> str:
         return index_url.rsplit("/", 1)[0] + "/" + name
 
+    def _hot_path(self, index_url: str, name: str) -> str:
+        version = self.read_index(index_url).get("version", "v")  # validated: one component
+        tag = hashlib.sha256(index_url.encode()).hexdigest()[:8]  # two datasets never share a folder
+        return os.path.join(self.hot.root, f"{version}-{tag}", name)
+
+    # --- verified local paths ---------------------------------------------------------------
     def local_path(self, index_url: str, name: str, pin: bool = False) -> str:
         """A local, verified copy of the shard (downloaded into the hot tier if remote);
-        ``pin=True`` pins it in the same step, so it cannot be evicted before use."""
-        source = self._source(index_url, name)
-        if _is_local(index_url):
-            return source.split("://", 1)[-1]
-        version = self.read_index(index_url).get("version", "v")
-        path = os.path.join(self.hot_dir, version, name)
-        with self._lock:
-            if path in self._lru:
-                self._lru.move_to_end(path)
-                self.stats.hits += 1
-                if pin:
-                    self._pins[path] = self._pins.get(path, 0) + 1
-                return path
-            pending = self._inflight.get(path)
-            if pending is None:
-                self._inflight[path] = threading.Event()
-        if pending is not None:  # another thread (the prefetcher) is fetching it: wait for it
-            pending.wait()
-            return self.local_path(index_url, name, pin)
-        reserved = 0
-        try:
-            entry = self._entry(index_url, name)
-            self._make_room(entry["num_bytes"])  # reserves the bytes under the lock
-            reserved = entry["num_bytes"]
-            self._download(source, path, entry)
+        ``pin=True`` pins it in the same step, so no process evicts it before use."""
+        entry = self._entry(index_url, name)
+        local = _is_local(index_url)
+        path = self._source(index_url, name).split("://", 1)[-1] if local else self._hot_path(index_url, name)
+        while True:
             with self._lock:
-                self._lru[path] = entry["num_bytes"]
-                self.stats.misses += 1
-                if pin:
-                    self._pins[path] = self._pins.get(path, 0) + 1
-        finally:
-            with self._lock:
-                self._reserved -= reserved
-                self._inflight.pop(path).set()
-        return path
-
-    def _make_room(self, size: int) -> None:
-        """Evicts least recently used unpinned shards until ``size`` more bytes fit, and
-        reserves them (two threads downloading at once cannot overshoot the budget). When
-        other downloads hold the space, waits for them (they become evictable) first."""
-        for _ in range(600):
+                pending = self._inflight.get(path)
+                if pending is None:
+                    self._inflight[path] = threading.Event()
+            if pending is not None:  # another thread (the prefetcher) works on it: wait
+                pending.wait()
+                continue
             try:
-                return self._try_make_room(size)
-            except CacheFullError:
+                if local:
+                    self._check_file(path, index_url, entry, name)
+                else:
+                    self._fetch(index_url, name, entry, path)
+                if not pin:
+                    return path
+                if local:
+                    with self._lock:
+                        self._local_pins[path] = self._local_pins.get(path, 0) + 1
+                    return path
+                if self.hot.pin(path):
+                    checked = self._checked.get(path)
+                    if checked is not None and self.hot.pinned_inode(path) == checked[0][0]:
+                        return path
+                    self.hot.unpin(path)  # replaced since it was checked: check the new file
+            finally:
                 with self._lock:
-                    pending = list(self._inflight.values())
-                    busy = self._reserved > 0
-                if not busy:
-                    raise
-                for event in pending:
-                    event.wait(timeout=0.05)
-        self._try_make_room(size)
+                    self._inflight.pop(path).set()
+            with self._lock:  # evicted by another process between the check and the pin
+                self._checked.pop(path, None)
 
-    def _try_make_room(self, size: int) -> None:
-        with self._lock:
-            if not self.budget_bytes:
-                self._reserved += size
-                return
-            used = sum(self._lru.values()) + self._reserved
-            for path in list(self._lru):
-                if used + size <= self.budget_bytes:
-                    break
-                if self._pins.get(path):
-                    continue
-                used -= self._lru.pop(path)
-                self._maps.pop(path, None)
-                os.remove(path)
-                self.stats.evictions += 1
-            if used + size > self.budget_bytes:
-                raise CacheFullError(f"hot cache budget {self.budget_bytes} bytes cannot take {size} more "
-                                     f"next to {used} bytes of pinned or downloading shards")
-            self._reserved += size
+    def _check_file(self, path: str, index_url: str, entry: dict[str, Any], name: str) -> Header:
+        """Checks the file at ``path`` in full once per process (and again if it changes)."""
+        try:
+            stamp = _stamp(path, hot=path.startswith(self.hot.root + os.sep))
+        except FileNotFoundError:
+            raise ShardError(f"{name}: missing ({path}, listed in {index_url})") from None
+        known = self._checked.get(path)
+        if known is not None and known[0] == stamp:
+            return known[1]
+        index = self.read_index(index_url)
+        t0 = time.perf_counter()
+        try:
+            with open(path, "rb") as fh:
+                header = verify_shard(fh, entry, f"{name} ({path})", index.get("dtype"),
+                                      vocab_size_of(index) if self.verify else None, checksum=self.verify)
+        except FileNotFoundError:
+            raise ShardError(f"{name}: missing ({path}, listed in {index_url})") from None
+        self.stats.verified += 1
+        self.stats.verify_s += time.perf_counter() - t0
+        self._checked[path] = (stamp, header)
+        return header
 
-    def _download(self, source: str, path: str, entry: dict[str, Any]) -> None:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        for attempt in range(self.retries + 1):
-            tmp = f"{path}.partial-{os.getpid()}-{threading.get_ident()}"
+    def _fetch(self, index_url: str, name: str, entry: dict[str, Any], path: str) -> None:
+        """Makes ``path`` a checked copy: present already (any process's), or downloaded."""
+        deadline = time.monotonic() + self.full_wait_s
+        while True:
+            if os.path.exists(path):
+                try:
+                    self._check_file(path, index_url, entry, name)
+                    self.stats.hits += 1
+                    self.hot.touch(path)
+                    return
+                except ShardError as exc:
+                    if not os.path.exists(path):
+                        continue  # evicted meanwhile
+                    if not self.hot.discard(path):
+                        raise
+                    _LOGGER.warning("removed a bad cached copy, downloading again: %s", exc)
             try:
-                digest = hashlib.sha256()
-                with fsspec.open(source, "rb") as fin, open(tmp, "wb") as fout:
-                    data = fin.read()
-                    fout.write(data)
-                digest.update(data[HEADER_SIZE:])
-                if self.verify and digest.hexdigest() != entry["sha256"]:
-                    raise ShardError(f"{source}: checksum mismatch (corrupt shard)")
-                os.replace(tmp, path)
-                self.stats.bytes_fetched += len(data)
-                return
-            except ShardError:
-                os.path.exists(tmp) and os.remove(tmp)
+                reservation = self.hot.reserve(path, int(entry["num_bytes"]))
+            except CacheFullError:
+                if time.monotonic() > deadline or not self._others_may_free(int(entry["num_bytes"])):
+                    raise
+                time.sleep(0.05)
+                continue
+            if reservation is None:  # another process downloads it: wait, then use its copy
+                self.hot.wait_for(path)
+                continue
+            try:
+                header = self._download(self._source(index_url, name), reservation.partial, index_url,
+                                        entry, name)
+                self.hot.commit(reservation)
+            except BaseException:
+                self.hot.abort(reservation)
                 raise
+            self.stats.misses += 1
+            self.stats.evictions = self.hot.evictions
+            self._checked[path] = (_stamp(path, hot=True), header)
+            return
+
+    def _others_may_free(self, size: int) -> bool:
+        """False when this process's own pins leave no room for ``size`` bytes: then no
+        other process can free enough, and waiting would never end."""
+        own = 0
+        for path in list(self.hot._pins):
+            try:
+                own += os.path.getsize(path)
+            except FileNotFoundError:
+                pass
+        return own + size <= self.budget_bytes
+
+    def _download(self, source: str, partial: str, index_url: str, entry: dict[str, Any],
+                  name: str) -> Header:
+        """Downloads ``source`` into the reserved ``partial``, checked before it is written."""
+        index = self.read_index(index_url)
+        for attempt in range(self.retries + 1):
+            try:
+                with fsspec.open(source, "rb") as fin:
+                    data = fin.read()
+                t0 = time.perf_counter()
+                header = verify_shard(io.BytesIO(data), entry, source, index.get("dtype"),
+                                      vocab_size_of(index) if self.verify else None, checksum=self.verify)
+                self.stats.verified += 1
+                self.stats.verify_s += time.perf_counter() - t0
+                with open(partial, "r+b") as fout:
+                    fout.write(data)
+                    fout.truncate(len(data))
+                self.stats.bytes_fetched += len(data)
+                return header
+            except FileNotFoundError:
+                raise ShardError(f"{name}: missing at {source} (listed in {index_url})") from None
             except OSError as exc:
-                os.path.exists(tmp) and os.remove(tmp)
                 if attempt == self.retries:
                     raise
                 self.stats.retries += 1
@@ -209,98 +277,82 @@ class ShardCache:
                 _LOGGER.warning("fetching %s failed (%s), retry in %.2fs", source, exc, wait)
                 time.sleep(wait)
 
+    # --- reading ----------------------------------------------------------------------------
     def tokens(self, index_url: str, name: str) -> np.ndarray:
-        """The shard's tokens as a read-only memory map (header checked)."""
-        path = self.local_path(index_url, name)
-        cached = self._maps.get(path)
-        if cached is not None:
-            return cached
-        with open(path, "rb") as fh:
-            header = fh.read(HEADER_SIZE)
-        if len(header) < HEADER_SIZE:
-            raise ShardError(f"{path}: truncated header")
-        magic, _, width, _, n_tokens, payload_at, _, sha, _ = _HEADER.unpack(header)
-        if magic != b"TFSHARD1" or sha.hex() != self._entry(index_url, name)["sha256"]:
-            raise ShardError(f"{path}: not the shard index.json lists (magic or checksum differ)")
-        array = np.memmap(path, dtype=f"<u{width}", mode="r", offset=payload_at, shape=(n_tokens,))
-        self._maps[path] = array
-        return array
+        """The shard's tokens as a read-only memory map (kept while the shard is pinned)."""
+        for _ in range(3):
+            path = self.local_path(index_url, name)
+            cached = self._maps.get(path)
+            if cached is not None:
+                return cached
+            header = self._checked[path][1]
+            dtype = np.dtype(f"<u{header.width}")
+            if header.num_tokens == 0:
+                return np.zeros(0, dtype=dtype)
+            try:
+                array = np.memmap(path, dtype=dtype, mode="r", offset=HEADER_SIZE, shape=(header.num_tokens,))
+            except FileNotFoundError:  # evicted by another process (it was not pinned): again
+                self._checked.pop(path, None)
+                continue
+            except (ValueError, OSError) as exc:
+                raise ShardError(f"{name} ({path}): cannot map its tokens: {exc}") from exc
+            if self._pinned(path):
+                self._maps[path] = array
+            return array
+        raise ShardError(f"{name}: evicted three times while being opened (hot budget too small?)")
 
     def doc_index(self, index_url: str, name: str) -> np.ndarray:
-        """The shard's document boundaries (uint64), read by range without the payload."""
+        """The shard's document boundaries (uint64), read by range without the payload;
+        header and boundaries checked against the index entry."""
         key = f"{index_url}#{name}"
-        cached = self._doc_indexes.get(key) if hasattr(self, "_doc_indexes") else None
+        cached = self._doc_indexes.get(key)
         if cached is not None:
             return cached
+        entry = self._entry(index_url, name)
         source = self._source(index_url, name)
-        fs, path = fsspec.core.url_to_fs(source)
-        header = fs.cat_file(path, start=0, end=HEADER_SIZE)
-        magic, _, _, n_docs, _, _, index_at, _, _ = _HEADER.unpack(header)
-        if magic != b"TFSHARD1":
-            raise ShardError(f"{source}: not a token shard")
-        raw = fs.cat_file(path, start=index_at, end=index_at + 8 * (n_docs + 1))
-        if len(raw) != 8 * (n_docs + 1):
-            raise ShardError(f"{source}: document index truncated")
+        try:
+            fs, path = fsspec.core.url_to_fs(source)
+            header = check_header(fs.cat_file(path, start=0, end=HEADER_SIZE), entry, source,
+                                  self.read_index(index_url).get("dtype"))
+            want = 8 * (header.num_docs + 1)
+            raw = fs.cat_file(path, start=header.index_at, end=header.index_at + want)
+        except FileNotFoundError:
+            raise ShardError(f"{name}: missing at {source} (listed in {index_url})") from None
+        if len(raw) != want:
+            raise ShardError(f"{source}: document index truncated ({len(raw)} of {want} bytes)")
         index = np.frombuffer(raw, dtype="<u8")
-        if not hasattr(self, "_doc_indexes"):
-            self._doc_indexes: dict[str, np.ndarray] = {}
+        check_document_index(index, header.num_tokens, source)
         self._doc_indexes[key] = index
         return index
 
+    def path_of(self, index_url: str, name: str) -> str:
+        """Where the shard is (or will be) read from, without fetching or checking it."""
+        self._entry(index_url, name)
+        if _is_local(index_url):
+            return self._source(index_url, name).split("://", 1)[-1]
+        return self._hot_path(index_url, name)
+
     def pin(self, paths: list[str]) -> None:
-        with self._lock:
-            for p in paths:
-                self._pins[p] = self._pins.get(p, 0) + 1
+        for p in paths:
+            if p.startswith(self.hot.root + os.sep):
+                if not self.hot.pin(p):
+                    raise ShardError(f"{p}: cannot pin a shard that is not in the hot cache")
+            else:
+                with self._lock:
+                    self._local_pins[p] = self._local_pins.get(p, 0) + 1
 
     def unpin(self, paths: list[str]) -> None:
-        with self._lock:
-            for p in paths:
-                self._pins[p] = max(0, self._pins.get(p, 0) - 1)
+        for p in paths:
+            if p.startswith(self.hot.root + os.sep):
+                last = self.hot.unpin(p)
+            else:
+                with self._lock:
+                    count = max(0, self._local_pins.get(p, 0) - 1)
+                    self._local_pins[p] = count
+                last = count == 0
+            if last:
+                self._maps.pop(p, None)  # an unpinned map would keep an evicted file's space
 
     def used_bytes(self) -> int:
-        return sum(self._lru.values())
-
-
-class Prefetcher:
-    """A background thread that pulls the next shards of the plan into the hot cache.
-
-    ``ahead(names)`` replaces the queue with the shards the reader will need next (in
-    order, at most ``depth``); the thread downloads them while the reader works on the
-    current ones. Errors are kept and raised to the reader when it reaches that shard
-    (``ShardCache.local_path`` retries and verifies on its own). ``close()`` stops it.
-    """
-
-    def __init__(self, cache: ShardCache, index_url: str, depth: int = 4) -> None:
-        self.cache = cache
-        self.index_url = index_url
-        self.depth = depth
-        self._queue: list[str] = []
-        self._cond = threading.Condition()
-        self._stop = False
-        self.errors: dict[str, BaseException] = {}
-        self._thread = threading.Thread(target=self._run, name="shard-prefetch", daemon=True)
-        self._thread.start()
-
-    def ahead(self, names: list[str]) -> None:
-        with self._cond:
-            self._queue = list(names[:self.depth])
-            self._cond.notify()
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                while not self._queue and not self._stop:
-                    self._cond.wait()
-                if self._stop:
-                    return
-                name = self._queue.pop(0)
-            try:
-                self.cache.local_path(self.index_url, name)
-            except BaseException as exc:  # surfaced to the reader when it needs the shard
-                self.errors[name] = exc
-
-    def close(self) -> None:
-        with self._cond:
-            self._stop = True
-            self._cond.notify()
-        self._thread.join(timeout=5)
+        """Bytes in the shared hot folder (every process's shards and downloads)."""
+        return self.hot.used_bytes()

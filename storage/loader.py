@@ -14,9 +14,14 @@ depends on timing, ranks' speed or the number of DataLoader workers.
 * ``pack="document"``: windows never cross a document; the last window of a document
   is padded with ``pad_id`` and a ``mask`` marks the real tokens; ``position_ids``
   count from the document's start (planning reads the shards' document indexes by range).
-* ``on_corrupt="skip"`` drops the windows of a group whose shard fails its checksum
+* Every shard is checked in full against ``index.json`` once per process before its
+  tokens are served (``storage.cache``: size, header, sha256, dtype, token ids below the
+  vocabulary), local shards as well as downloaded ones. ``on_corrupt="skip"`` drops the
+  windows of a group with a damaged, truncated or missing shard, whatever the damage
   (batches get shorter; ``corrupt_shards`` names them); the default raises the
   ``ShardError`` naming the shard.
+* Sources whose indexes record different tokenizers (sha256) are refused: their ids mean
+  different things.
 * Ranks take every R-th sample and the same number each (the remainder is dropped), so
   every rank gets the same number of batches. Inside a rank, DataLoader worker w makes
   batches w, w+W, w+2W...: the DataLoader hands batches back in exactly the rank order
@@ -36,61 +41,14 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from storage.cache import ShardCache
+from storage.plan import Group, Source, check_same_tokenizer, mix_schedule, shard_permutation, \
+    window_permutation, windows_in
 from storage.shards import ShardError
 
+__all__ = ["Group", "LoaderStats", "Source", "TokenDataset", "TokenLoader", "mix_schedule", "shard_permutation",
+           "window_permutation", "windows_in"]
+
 _LOGGER = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Source:
-    """One dataset version: its ``index.json`` URL and mixing weight."""
-
-    index_url: str
-    weight: float = 1.0
-
-
-@dataclass(frozen=True)
-class Group:
-    """A run of consecutive shards (in epoch order) cut into windows together."""
-
-    stream: int
-    shards: tuple[str, ...]
-    tokens: tuple[int, ...]
-
-    @property
-    def total(self) -> int:
-        return sum(self.tokens)
-
-
-def shard_permutation(num_shards: int, seed: int, epoch: int, stream: int) -> np.ndarray:
-    return np.random.default_rng([seed, epoch, stream, 0]).permutation(num_shards)
-
-
-def window_permutation(num_windows: int, seed: int, epoch: int, stream: int, group: int) -> np.ndarray:
-    return np.random.default_rng([seed, epoch, stream, 1, group]).permutation(num_windows)
-
-
-def windows_in(tokens: int, seq_len: int) -> int:
-    """Windows of ``seq_len + 1`` tokens at stride ``seq_len`` in a stream of ``tokens``."""
-    return max(0, (tokens - 1) // seq_len)
-
-
-def mix_schedule(lengths: Sequence[int], weights: Sequence[float]) -> list[tuple[int, int]]:
-    """(stream, i-th sample of that stream) by smooth weighted round robin, until the
-    first stream runs out."""
-    total = sum(weights)
-    credit = [0.0] * len(lengths)
-    taken = [0] * len(lengths)
-    order = []
-    while True:
-        for s, w in enumerate(weights):
-            credit[s] += w
-        s = max(range(len(credit)), key=lambda k: (credit[k], -k))
-        if taken[s] >= lengths[s]:
-            return order
-        credit[s] -= total
-        order.append((s, taken[s]))
-        taken[s] += 1
 
 
 class TokenDataset(IterableDataset):
@@ -128,6 +86,7 @@ class TokenDataset(IterableDataset):
         self.rank, self.world_size = rank, world_size
         self.cache = cache or ShardCache()
         self.indexes = [self.cache.read_index(s.index_url) for s in self.sources]
+        check_same_tokenizer(self.sources, self.indexes)
         self.eos_id = eos_id
         self.prefetch_depth = prefetch_depth
         dtypes = {idx.get("dtype") for idx in self.indexes}
@@ -191,7 +150,14 @@ class TokenDataset(IterableDataset):
         url = self.sources[group.stream].index_url
         out = []
         for i, name in enumerate(group.shards):
-            bounds = self.cache.doc_index(url, name)
+            try:
+                bounds = self.cache.doc_index(url, name)
+            except ShardError as exc:
+                if self.on_corrupt == "error":
+                    raise
+                self._skip(group, exc)
+                out = []  # the whole group is dropped, as in concat packing
+                break
             for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
                 length = hi - lo
                 for start in range(0, max(length - 1, 0), self.seq_len):
@@ -199,9 +165,9 @@ class TokenDataset(IterableDataset):
         cache[key] = out
         return out
 
-    def _doc_window(self, group: Group, window: int) -> dict[str, torch.Tensor]:
+    def _doc_window(self, group: Group, window: int, arrays: list[np.ndarray]) -> dict[str, torch.Tensor]:
         shard, doc_start, start, length = self._doc_windows(group)[window]
-        tokens = self.cache.tokens(self.sources[group.stream].index_url, group.shards[shard])
+        tokens = arrays[shard]
         take = min(self.seq_len + 1, length - start)
         out = np.full(self.seq_len + 1, self.pad_id, dtype=np.int64)
         out[:take] = tokens[doc_start + start:doc_start + start + take]
@@ -221,12 +187,19 @@ class TokenDataset(IterableDataset):
         starts[ends[ends < len(tokens)]] = ends[ends < len(tokens)]
         return positions - np.maximum.accumulate(starts)
 
-    def _resolve(self, group: Group) -> tuple[list[np.ndarray], np.ndarray]:
-        """The group's shard token arrays (memory maps) and their cumulative offsets."""
+    def _resolve(self, group: Group) -> tuple[list[np.ndarray], list[int]]:
+        """The group's shard token arrays (memory maps, checked) and their cumulative
+        offsets. The shards are pinned (never evicted while read) until ``_release``; if one
+        fails, the ones pinned already are released before the error goes up."""
         url = self.sources[group.stream].index_url
-        for name in group.shards:  # pinned before use: never evicted while read
-            self.cache.local_path(url, name, pin=True)
-        arrays = [self.cache.tokens(url, name) for name in group.shards]
+        pinned: list[str] = []
+        try:
+            for name in group.shards:
+                pinned.append(self.cache.local_path(url, name, pin=True))
+            arrays = [self.cache.tokens(url, name) for name in group.shards]
+        except ShardError:
+            self.cache.unpin(pinned)
+            raise
         return arrays, [0] + list(itertools.accumulate(group.tokens))  # a few ints: bisect beats numpy
 
     def _skip(self, group: Group, exc: Exception) -> None:
@@ -238,7 +211,7 @@ class TokenDataset(IterableDataset):
             if value is None:
                 continue
             url = self.sources[stream].index_url
-            self.cache.unpin([self.cache.local_path(url, n) for n in groups[stream][group].shards])
+            self.cache.unpin([self.cache.path_of(url, n) for n in groups[stream][group].shards])
         resolved.clear()
 
     def _fill(self, row: np.ndarray, resolved: tuple[list[np.ndarray], list[int]], window: int) -> None:
@@ -257,26 +230,39 @@ class TokenDataset(IterableDataset):
             filled += take
             i += 1
 
+    def _resolved(self, key: tuple[int, int], groups: list[list[Group]],
+                  resolved: dict[tuple[int, int], Any]) -> Any:
+        """The resolved group, or None when one of its shards is damaged (skip mode)."""
+        if key not in resolved:
+            group = groups[key[0]][key[1]]
+            try:
+                resolved[key] = self._resolve(group)
+            except ShardError as exc:
+                if self.on_corrupt == "error":
+                    raise
+                resolved[key] = None
+                self._skip(group, exc)
+        return resolved[key]
+
     def _batch(self, samples: list[tuple[int, int, int]], groups: list[list[Group]],
                resolved: dict[tuple[int, int], Any]) -> dict[str, torch.Tensor]:
         if self.pack == "document":
-            rows = [self._doc_window(groups[s][g], w) for s, g, w in samples]
+            rows = []
+            for s, g, w in samples:
+                found = self._resolved((s, g), groups, resolved)
+                if found is not None:  # None: a damaged shard, its windows are dropped
+                    rows.append(self._doc_window(groups[s][g], w, found[0]))
+            if not rows:
+                empty = torch.zeros((0, self.seq_len + 1), dtype=torch.int64)
+                return {"tokens": empty, "position_ids": empty.clone(), "mask": empty.bool()}
             return {k: torch.stack([r[k] for r in rows]) for k in rows[0]}
         out = np.empty((len(samples), self.seq_len + 1), dtype=np.int64)
         kept = 0
         for stream, group, window in samples:
-            key = (stream, group)
-            if key not in resolved:
-                try:
-                    resolved[key] = self._resolve(groups[stream][group])
-                except ShardError as exc:
-                    if self.on_corrupt == "error":
-                        raise
-                    resolved[key] = None
-                    self._skip(groups[stream][group], exc)
-            if resolved[key] is None:
-                continue  # the group has a corrupt shard: its windows are dropped
-            self._fill(out[kept], resolved[key], window)
+            found = self._resolved((stream, group), groups, resolved)
+            if found is None:
+                continue  # the group has a damaged shard: its windows are dropped
+            self._fill(out[kept], found, window)
             kept += 1
         out = out[:kept]
         if self.eos_id is None:  # positions are just 0..seq_len: not worth shipping
@@ -286,7 +272,7 @@ class TokenDataset(IterableDataset):
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         """Whole batches (the loader uses ``batch_size=None``): no per-sample collation."""
-        from storage.cache import Prefetcher
+        from storage.prefetch import Prefetcher
 
         info = get_worker_info()
         workers, worker = (info.num_workers, info.id) if info else (1, 0)

@@ -231,11 +231,11 @@ def test_shards_in_use_are_pinned_and_stale_partials_removed(tmp_path, s3_env):
     boto3.client("s3").create_bucket(Bucket="pins")
     fsspec.filesystem("s3").put(str(tmp_path / "d"), "s3://pins/v1", recursive=True)
     index = "s3://pins/v1/index.json"
-    hot = tmp_path / "hot" / "v1"
+    hot = tmp_path / "hot" / "_cache" / "v1-12345678"
     hot.mkdir(parents=True)
-    (hot / "shard-00001.tfs.partial-123-456").write_bytes(b"half")
+    (hot / "shard-00001.tfs.partial").write_bytes(b"half")  # no process holds its lock: stale
     cache = ShardCache(hot_dir=str(tmp_path / "hot"))
-    assert not (hot / "shard-00001.tfs.partial-123-456").exists()
+    assert not (hot / "shard-00001.tfs.partial").exists()
     ds = TokenDataset([Source(index)], seq_len=16, batch_size=2, cache=cache, buffer_shards=2,
                       prefetch_depth=0)
     it = iter(ds)
