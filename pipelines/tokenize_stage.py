@@ -167,10 +167,6 @@ def holds_output_lease(output: str) -> bool:
             and not lease.stale(time.time()))
 
 
-def _docs_fingerprint(line: tuple[int, int]) -> str:
-    return json.dumps({"documents": line[0], "sum": f"{line[1]:032x}"})
-
-
 class TokenizeDriver:
     def __init__(self, config: TokenizeConfig, output: str, files: list[str], read_docs: Any,
                  upstream_stage: str, config_hash: str, tier: str = "warm",
@@ -196,7 +192,7 @@ class TokenizeDriver:
         out = FileSystems.join(self.work, "fingerprint")
         pipeline = beam.Pipeline(options=options)
         (pipeline | "ReadDocs" >> self.read_docs(self.files) | "Fingerprint" >> FingerprintDocs()
-         | "Json" >> beam.Map(_docs_fingerprint) | "Write" >> beam.io.WriteToText(FileSystems.join(out, "part")))
+         | "Write" >> beam.io.WriteToText(FileSystems.join(out, "part")))
         pipeline.run().wait_until_finish()
         [line] = _read_records(out)
         return int(line["documents"]), int(line["sum"], 16)

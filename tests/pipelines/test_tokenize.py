@@ -333,13 +333,16 @@ def test_document_fingerprints_ignore_order_and_separate_id_from_text():
     from transforms.tokenize.tokenize import SumFingerprints, doc_fingerprint
 
     prints = [doc_fingerprint(f"d{i}", f"text {i}") for i in range(50)]
+    assert all(0 <= half < 1 << 63 for p in prints for half in p)  # fits any runner's int64 coder
     fn = SumFingerprints()
     forward = fn.extract_output(fn.merge_accumulators(
         [fn.add_input(fn.create_accumulator(), p) for p in prints]))
     backward = fn.create_accumulator()
     for p in reversed(prints):
         backward = fn.add_input(backward, p)
-    assert forward == backward and forward[0] == 50
+    assert forward == fn.extract_output(backward) and json.loads(forward)["documents"] == 50
+    assert json.loads(fn.extract_output(fn.add_input(fn.create_accumulator(), prints[0])))["sum"] != \
+        json.loads(forward)["sum"]
     assert doc_fingerprint("ab", "c") != doc_fingerprint("a", "bc")
     assert doc_fingerprint("d1", "x") != doc_fingerprint("d1", "y")
 

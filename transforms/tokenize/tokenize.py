@@ -86,36 +86,41 @@ class TokenizeConfig:
                 raise ValueError(f"{key} must be >= 1, got {getattr(self, key)}")
 
 
-def doc_fingerprint(doc_id: str, text: str) -> int:
-    """A 128-bit hash of a document's id and text (labels and signals left out: they do not
-    change its tokens)."""
+_HALF = (1 << 63) - 1  # every value stays a signed 64-bit int: any runner's int coder carries it
+
+
+def doc_fingerprint(doc_id: str, text: str) -> tuple[int, int]:
+    """A 126-bit hash of a document's id and text, as two 63-bit halves (labels and signals
+    left out: they do not change its tokens)."""
     ident = doc_id.encode("utf-8")
     data = len(ident).to_bytes(8, "little") + ident + text.encode("utf-8", "surrogatepass")
-    return int.from_bytes(hashlib.blake2b(data, digest_size=16).digest(), "little")
+    digest = hashlib.blake2b(data, digest_size=16).digest()
+    return int.from_bytes(digest[:8], "little") & _HALF, int.from_bytes(digest[8:], "little") & _HALF
 
 
 class SumFingerprints(beam.CombineFn):
-    """(documents, sum of their fingerprints mod 2**128): the same for the same set of
-    documents in any order, on any runner."""
+    """(documents, sum of their fingerprints, each half mod 2**63): the same for the same set
+    of documents in any order, on any runner. The output is (documents, the two halves as
+    one 126-bit number)."""
 
-    def create_accumulator(self) -> tuple[int, int]:
-        return 0, 0
+    def create_accumulator(self) -> tuple[int, int, int]:
+        return 0, 0, 0
 
-    def add_input(self, acc: tuple[int, int], value: int) -> tuple[int, int]:
-        return acc[0] + 1, (acc[1] + value) % (1 << 128)
+    def add_input(self, acc: tuple[int, int, int], value: tuple[int, int]) -> tuple[int, int, int]:
+        return acc[0] + 1, (acc[1] + value[0]) & _HALF, (acc[2] + value[1]) & _HALF
 
-    def merge_accumulators(self, accs: Iterable[tuple[int, int]]) -> tuple[int, int]:
-        count = total = 0
-        for c, t in accs:
-            count, total = count + c, (total + t) % (1 << 128)
-        return count, total
+    def merge_accumulators(self, accs: Iterable[tuple[int, int, int]]) -> tuple[int, int, int]:
+        count = low = high = 0
+        for c, lo, hi in accs:
+            count, low, high = count + c, (low + lo) & _HALF, (high + hi) & _HALF
+        return count, low, high
 
-    def extract_output(self, acc: tuple[int, int]) -> tuple[int, int]:
-        return acc
+    def extract_output(self, acc: tuple[int, int, int]) -> str:
+        return json.dumps({"documents": acc[0], "sum": f"{(acc[2] << 63) | acc[1]:032x}"})
 
 
 class FingerprintDocs(beam.PTransform):
-    """``Doc`` → one (documents, fingerprint sum) for the whole collection."""
+    """``Doc`` → one JSON line ``{"documents": n, "sum": hex}`` for the whole collection."""
 
     def expand(self, docs: beam.PCollection) -> beam.PCollection:
         return (docs | "Fingerprint" >> beam.Map(lambda d: doc_fingerprint(d.id, d.text))
