@@ -194,3 +194,26 @@ def test_a_newcomer_removes_only_partials_no_living_process_writes(tmp_path):
     assert Path(living.partial).exists() and not stale.exists()
     hot.abort(living)
     assert not Path(living.partial).exists()
+
+
+def test_the_vocabulary_check_is_exact_at_the_boundary(tmp_path):
+    """An id equal to vocab_size - 1 is served, vocab_size is refused (uint16 and uint32)."""
+    import numpy as np
+
+    from storage.shards import encode_shard
+    from storage.verify import verify_shard
+
+    for dtype, vocab in ((np.uint16, 1000), (np.uint16, 1 << 16), (np.uint32, 70_000)):
+        for top, ok in ((vocab - 1, True), (vocab, False)):
+            if top >= 1 << (8 * np.dtype(dtype).itemsize):
+                continue
+            data, d, t, sha = encode_shard([np.array([1, top, 2], dtype=dtype)], np.dtype(dtype))
+            entry = {"num_docs": d, "num_tokens": t, "num_bytes": len(data), "sha256": sha}
+            path = tmp_path / "s.tfs"
+            path.write_bytes(data)
+            with open(path, "rb") as fh:
+                if ok:
+                    verify_shard(fh, entry, "s.tfs", np.dtype(dtype).name, vocab)
+                else:
+                    with pytest.raises(ShardError, match=f"token id {top} is outside the vocabulary of {vocab}"):
+                        verify_shard(fh, entry, "s.tfs", np.dtype(dtype).name, vocab)
