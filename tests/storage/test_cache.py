@@ -217,3 +217,31 @@ def test_the_vocabulary_check_is_exact_at_the_boundary(tmp_path):
                 else:
                     with pytest.raises(ShardError, match=f"token id {top} is outside the vocabulary of {vocab}"):
                         verify_shard(fh, entry, "s.tfs", np.dtype(dtype).name, vocab)
+
+
+@pytest.mark.parametrize("index_fields", [
+    {},  # index version 1: no vocabulary recorded, nothing to check ids against
+    {"index_version": 2, "vocab_size": 50},  # version 2: top-level vocab_size
+    {"index_version": 3, "tokenizer": {"file": "tokenizer.model", "sha256": "0" * 64, "vocab_size": 50,
+                                       "eos_id": 0}},
+])
+def test_every_index_version_is_read_and_its_vocabulary_enforced(tmp_path, index_fields):
+    index = make_version(tmp_path / "d", extra=index_fields)
+    ds = TokenDataset([Source(index)], seq_len=16, batch_size=2, cache=ShardCache(hot_dir=str(tmp_path / "hot")))
+    if not index_fields:
+        assert windows(ds)
+        return
+    with pytest.raises(ShardError, match="outside the vocabulary of 50 ids"):
+        windows(ds)
+
+
+def test_sources_of_two_tokenizers_are_not_mixed(tmp_path):
+    def tokenizer(sha: str) -> dict:
+        return {"index_version": 3, "tokenizer": {"file": "tokenizer.model", "sha256": sha, "vocab_size": 100_000}}
+
+    a = make_version(tmp_path / "a", extra=tokenizer("a" * 64))
+    b = make_version(tmp_path / "b", extra=tokenizer("b" * 64), seed=1)
+    same = make_version(tmp_path / "c", extra=tokenizer("a" * 64), seed=2)
+    with pytest.raises(ValueError, match="different tokenizers"):
+        TokenDataset([Source(a), Source(b)], seq_len=16, batch_size=2)
+    assert len(TokenDataset([Source(a), Source(same)], seq_len=16, batch_size=2).plan(0)) > 0
