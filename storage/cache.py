@@ -235,7 +235,10 @@ class ShardCache:
                 raise
             self.stats.misses += 1
             self.stats.evictions = self.hot.evictions
-            self._checked[path] = (_stamp(path, hot=True), header)
+            try:
+                self._checked[path] = (_stamp(path, hot=True), header)
+            except FileNotFoundError:  # evicted by another process the moment it appeared
+                continue
             return
 
     def _others_may_free(self, size: int) -> bool:
@@ -285,7 +288,10 @@ class ShardCache:
             cached = self._maps.get(path)
             if cached is not None:
                 return cached
-            header = self._checked[path][1]
+            checked = self._checked.get(path)
+            if checked is None:  # dropped by another thread meanwhile: check it again
+                continue
+            header = checked[1]
             dtype = np.dtype(f"<u{header.width}")
             if header.num_tokens == 0:
                 return np.zeros(0, dtype=dtype)
