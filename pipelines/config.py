@@ -117,9 +117,11 @@ class ReadSection:
 
     max_payload_bytes: int = 10 * 1024 * 1024
     max_failed_raw_bytes: int = 16 * 1024 * 1024
+    # uncompressed JSONL files larger than this are read as byte ranges of this size
+    split_bytes: int = 64 * 1024 * 1024
 
     def __post_init__(self) -> None:
-        if self.max_payload_bytes <= 0 or self.max_failed_raw_bytes <= 0:
+        if self.max_payload_bytes <= 0 or self.max_failed_raw_bytes <= 0 or self.split_bytes <= 0:
             raise ValueError("sizes must be > 0")
 
 

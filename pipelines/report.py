@@ -309,11 +309,14 @@ def collect_labels(output: str, thresholds: dict[str, float], stage: str = "labe
 
 
 def collect_tokens(output: str) -> Optional[dict[str, Any]]:
-    """Tokens and documents per shard of the newest ``tokens/<version>/index.json``."""
-    match = FileSystems.match([FileSystems.join(output, "tokens", "*", "index.json")])[0]
-    if not match.metadata_list:
+    """Tokens and documents per shard of the current version (``tokens/CURRENT``: a
+    rerun whose tokens did not change reuses an older version)."""
+    from pipelines.tokenize_stage import current_version
+
+    version = current_version(output)
+    if version is None:
         return None
-    path = sorted(m.path for m in match.metadata_list)[-1]
+    path = FileSystems.join(output, "tokens", version, "index.json")
     index = json.loads(read_text(path) or "{}")
     shards = index.get("shards") or []
     return {"version": str(index.get("version", "")), "index": path, "dtype": index.get("dtype"),

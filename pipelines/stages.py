@@ -26,7 +26,7 @@ from transforms.crawl.crawler import Crawl
 from transforms.dedup.dedup import ExactDedup
 from transforms.doc import FAILED_SCHEMA, REJECTED_SCHEMA, doc_from_row, failure_to_row, rejected_to_row
 from transforms.extract.extract import ExtractText
-from transforms.readers.files import FileRef, match_pattern, storage_options_for
+from transforms.readers.files import FileRef, match_pattern, split_ranges, storage_options_for
 from transforms.readers.inputs import ReadInputs
 from transforms.readers.warc import WarcLimits
 from transforms.routing import FAILED, StageOutputs
@@ -132,7 +132,9 @@ def plan_extract(config: JobConfig) -> StagePlan:
     def build(pipeline: beam.Pipeline) -> None:
         read = (
             pipeline
-            | "Files" >> beam.Create([(fmt, ref) for fmt, ref in files])
+            | "Files" >> beam.Create([(fmt, part) for fmt, ref in files
+                                      for part in (split_ranges(ref, config.read.split_bytes)
+                                                   if fmt == "jsonl" else [ref])])
             | "Spread" >> beam.Reshuffle()
             | "Read" >> ReadInputs(stage, limits, fields_by_format)
         )

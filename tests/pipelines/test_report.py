@@ -335,3 +335,18 @@ def test_report_of_an_s3_output(synthetic, s3_env):  # noqa: F811
     data = json.loads(fs.cat("report-bucket/out/report/report.json"))
     assert [s["stage"] for s in data["stages"]][:3] == ["extract", "clean", "dedup_minhash"]
     assert data["clean"]["docs"] == 8 and data["tokens"]["version"] == "v2"
+
+
+def test_tokens_section_follows_tokens_current(tmp_path):
+    """A rerun whose tokens did not change reuses an older version: the report shows the
+    one ``tokens/CURRENT`` names, not the newest folder."""
+    from pipelines.report import collect_tokens
+
+    for version, docs in (("v20260101T000000-aaaa", 3), ("v20260202T000000-bbbb", 5)):
+        d = tmp_path / "tokens" / version
+        d.mkdir(parents=True)
+        (d / "index.json").write_text(json.dumps({"version": version, "num_docs": docs, "shards": []}))
+    (tmp_path / "tokens" / "CURRENT").write_text("v20260101T000000-aaaa\n")
+    assert collect_tokens(str(tmp_path))["num_docs"] == 3
+    (tmp_path / "tokens" / "CURRENT").unlink()
+    assert collect_tokens(str(tmp_path))["num_docs"] == 5

@@ -299,3 +299,50 @@ def test_every_damaged_spot_loses_only_its_own_bytes(name, seed):
     for i in hit:  # the damaged bytes themselves are in failed/
         off, length, _ = members[i]
         assert any(a <= off + length // 2 < b for a, b in spans)
+
+
+def _jsonl_lines(n: int) -> bytes:
+    lines = []
+    for i in range(n):
+        obj = {"text": f"document {i} " + "word " * (i % 37)}
+        if i % 3:
+            obj["id"] = f"id{i}"
+        lines.append(json.dumps(obj))
+        if i % 11 == 0:
+            lines.append("")  # blank lines are skipped
+        if i == 40:
+            lines.append("not json {")  # a bad line: one failure, wherever the cut falls
+    return ("\n".join(lines) + "\n").encode()
+
+
+@pytest.mark.parametrize("split_bytes", [1, 2, 7, 64, 100, 333, 4096, 10**9])
+def test_jsonl_byte_ranges_read_every_line_once(tmp_path, split_bytes):
+    """The records of a file read as byte ranges are those of the whole file: the same
+    ids (no id field: from the byte offset), no line twice, none lost, whatever the cut."""
+    from transforms.readers.files import split_ranges
+
+    path = tmp_path / "docs.jsonl"
+    path.write_bytes(_jsonl_lines(120))
+    whole = list(iter_jsonl(str(path), TextFields(), "extract"))
+    ref = FileRef(str(path), size=path.stat().st_size)
+    parts = split_ranges(ref, split_bytes)
+    assert len(parts) == max(1, -(-ref.size // split_bytes))
+    assert parts[0].start == 0 and parts[-1].end in (-1, ref.size)
+    assert all(a.end == b.start for a, b in zip(parts, parts[1:]))
+    pieces = [item for part in parts for item in iter_jsonl(part.url, TextFields(), "extract", part.start, part.end)]
+    key = lambda item: (type(item).__name__, item.offset)  # noqa: E731
+    assert sorted(map(key, pieces)) == sorted(map(key, whole))
+    assert ({r.record_id for r in pieces if isinstance(r, RawRecord)}
+            == {r.record_id for r in whole if isinstance(r, RawRecord)})
+    assert len([f for f in pieces if isinstance(f, Failure)]) == 1
+
+
+def test_compressed_and_small_files_are_not_split(tmp_path):
+    from transforms.readers.files import split_ranges
+
+    assert split_ranges(FileRef("x.jsonl.gz", size=10**9), 1000) == [FileRef("x.jsonl.gz", size=10**9)]
+    assert split_ranges(FileRef("x.jsonl.ZST", size=10**9), 1000) == [FileRef("x.jsonl.ZST", size=10**9)]
+    assert split_ranges(FileRef("x.jsonl", size=1000), 1000) == [FileRef("x.jsonl", size=1000)]
+    assert len(split_ranges(FileRef("x.jsonl", size=1001), 1000)) == 2
+    with pytest.raises(ValueError, match="split_bytes"):
+        split_ranges(FileRef("x.jsonl", size=10), 0)

@@ -49,9 +49,11 @@ def _as_str(value: Any) -> str:
 
 
 def record_from_mapping(
-    obj: Any, fields: TextFields, source: str, offset: int, position: str
+    obj: Any, fields: TextFields, source: str, offset: int, position: str,
+    id_position: Optional[str] = None,
 ) -> RawRecord:
-    """A ``RawRecord`` from one JSON object / Parquet row; ``ValueError`` if unusable."""
+    """A ``RawRecord`` from one JSON object / Parquet row; ``ValueError`` if unusable.
+    Without an id field the id is ``stable_id(source, id_position or position)``."""
     if not isinstance(obj, dict):
         raise ValueError(f"{source} {position}: expected a JSON object, got {type(obj).__name__}")
     text = obj.get(fields.text)
@@ -61,7 +63,7 @@ def record_from_mapping(
         raise ValueError(
             f"{source} {position}: field {fields.text!r} must be a string, got {type(text).__name__}"
         )
-    record_id = _as_str(obj.get(fields.id)) or stable_id(source, position)
+    record_id = _as_str(obj.get(fields.id)) or stable_id(source, id_position or position)
     return RawRecord(
         kind="text",
         url=_as_str(obj.get(fields.url)),
@@ -75,37 +77,51 @@ def record_from_mapping(
     )
 
 
-def iter_jsonl(url: str, fields: TextFields, stage: str) -> Iterator[TabularItem]:
-    """Records of a JSONL file; compression inferred from the name (.gz, .zst, ...)."""
-    offset = 0
-    line_no = 0
+def iter_jsonl(url: str, fields: TextFields, stage: str, start: int = 0,
+               end: int = -1) -> Iterator[TabularItem]:
+    """Records of a JSONL file (compression inferred from the name: .gz, .zst, ...), or
+    of the lines that start in ``[start, end)`` of an uncompressed one. A record without
+    an id gets one from the file and its byte offset, so ids do not depend on how the
+    file was split; errors name the line where it is known (reads from the start)."""
+    line_no = 0 if start == 0 else None
     with open_decompressed(url) as fh:
-        while True:
+        offset = _seek_line(fh, start) if start > 0 else 0
+        while end < 0 or offset < end:
             try:
                 line = fh.readline()
             except Exception as exc:  # EOFError, zlib / zstd errors on damaged files
-                error = type(exc)(f"{url}: unreadable after line {line_no} (decompressed byte "
+                where = f"line {line_no}" if line_no is not None else f"the line at byte {offset}"
+                error = type(exc)(f"{url}: unreadable after {where} (decompressed byte "
                                   f"{offset}): {exc or type(exc).__name__}")
                 yield make_failure(stage, error, url, offset, b"", error_type="corrupt_file",
                                    with_traceback=False)
                 return
             if not line:
                 return
-            line_no += 1
+            if line_no is not None:
+                line_no += 1
             if line.strip():
                 yield _parse_line(line, url, offset, line_no, fields, stage)
             offset += len(line)
 
 
+def _seek_line(fh: Any, start: int) -> int:
+    """Moves to the first line that starts at or after ``start``; returns its offset."""
+    fh.seek(start - 1)
+    if fh.read(1) == b"\n":
+        return start
+    return start + len(fh.readline())  # the rest of a line owned by the range before
+
+
 def _parse_line(
-    line: bytes, url: str, offset: int, line_no: int, fields: TextFields, stage: str
+    line: bytes, url: str, offset: int, line_no: Optional[int], fields: TextFields, stage: str
 ) -> TabularItem:
-    position = f"line {line_no}"
+    where = f"line {line_no} (byte {offset})" if line_no is not None else f"line at byte {offset}"
     try:
         obj = json.loads(line)
-        return record_from_mapping(obj, fields, url, offset, position)
+        return record_from_mapping(obj, fields, url, offset, where, id_position=f"byte {offset}")
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-        message = str(exc) if str(exc).startswith(url) else f"{url} {position}: {exc}"
+        message = str(exc) if str(exc).startswith(url) else f"{url} {where}: {exc}"
         return make_failure(stage, ValueError(message), url, offset, line,
                             error_type="bad_record", with_traceback=False)
 
@@ -170,11 +186,12 @@ class _ReadTabularFn(beam.DoFn):
         self._counters = StageCounters(self._stage)
 
     def process(self, ref: FileRef) -> Iterator[Any]:
-        reader = iter_jsonl if self._fmt == "jsonl" else iter_parquet
         try:
-            for item in reader(ref.url, self._fields, self._stage):
+            items = (iter_jsonl(ref.url, self._fields, self._stage, ref.start, ref.end)
+                     if self._fmt == "jsonl" else iter_parquet(ref.url, self._fields, self._stage))
+            for item in items:
                 yield route_read(self._counters, item)
-            progress.record(self._stage, "bytes", max(ref.size, 0))
+            progress.record(self._stage, "bytes", ref.span)
         except Exception as exc:  # the file could not even be opened
             self._counters.record_in()
             self._counters.failed("unreadable_file")
