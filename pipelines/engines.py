@@ -54,6 +54,7 @@ SCALA_VERSION = "2.12"
 JAVA_FALLBACK = "2.62.0"
 SLF4J_VERSION = "1.7.30"
 PRISM_MODULE = "github.com/apache/beam/sdks/v2/go/cmd/prism"
+PRISM_STATE_TIMEOUT_S = 7 * 24 * 3600  # see Engine.args
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -124,7 +125,12 @@ class Engine:
         if self.name == "spark":
             return ["--runner=SparkRunner", "--spark_master_url=local[2]",
                     f"--spark_job_server_jar={path}", JOB_SERVER_HEAP] + environment
-        return ["--runner=PrismRunner", f"--prism_location={path}"] + environment
+        # Beam's portable runner puts job_server_timeout (300 s) on the job-state stream
+        # when the preparation id is the job id, as on Prism: every stage longer than
+        # 5 minutes failed with DEADLINE_EXCEEDED (1M documents). The other calls it
+        # bounds are instant on a local Prism.
+        return ["--runner=PrismRunner", f"--prism_location={path}",
+                f"--job_server_timeout={PRISM_STATE_TIMEOUT_S}"] + environment
 
 
 ENGINES = {e.name: e for e in (

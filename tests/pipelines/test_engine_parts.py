@@ -38,6 +38,8 @@ def test_engine_options(tmp_path, monkeypatch):
     assert "--environment_type=EXTERNAL" in external and "--environment_config=localhost:50000" in external
     assert "--spark_master_url=local[2]" in engine_args("spark")
     assert f"--prism_location={tmp_path / 'prism' / 'prism'}" in engine_args("prism")
+    # the job-state stream of a Prism job is bounded by job_server_timeout: a week, not 300 s
+    assert "--job_server_timeout=604800" in engine_args("prism")
     assert "--direct_running_mode=multi_processing" in engine_args("direct-mp")
     with pytest.raises(ValueError, match="unknown engine 'storm'"):
         engine_args("storm")
