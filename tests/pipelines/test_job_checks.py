@@ -121,6 +121,7 @@ def test_log_lines_and_tracebacks_are_redacted():
     handler.addFilter(RedactingFilter())
     log = logging.getLogger("tokenfactory.test.redact")
     log.addHandler(handler)
+    log.setLevel(logging.INFO)  # whatever level earlier tests left on the root logger
     log.propagate = False
     try:
         log.warning("fetching %s", "s3://AKIAKEY:se/cr+et@bucket/x.jsonl")
