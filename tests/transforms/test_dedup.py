@@ -35,9 +35,58 @@ def test_compat_signatures_equal_datasketch(seed, num_perm, ngram):
     texts = book_docs(15) + ["Grüße aus Köln — “naïve” café, 東京 2024!", "one two", "x"]
     ours = MinHasher(num_perm=num_perm, seed=seed, ngram=ngram, compat=True).signatures(texts)
     for text, row in zip(texts, ours):
+        words = normalized_words(text)
+        shingles = [b" ".join(words[i:i + ngram]) for i in range(max(1, len(words) - ngram + 1))] if words else []
+        assert shingle_strings(words, ngram) == shingles
         ref = MinHash(num_perm=num_perm, seed=seed)
-        ref.update_batch(shingle_strings(normalized_words(text), ngram))
+        ref.update_batch(shingles)
         assert np.array_equal(ref.hashvalues.astype(np.uint32), row)
+
+
+# Texts where a batch shortcut could differ from the per-document definition: NULs (the
+# batch separator), characters str.lower() changes (İ lowers to two, the Kelvin sign to
+# ASCII k, final sigma, full-width and Roman-numeral letters), blanked punctuation of
+# every range, words of 255-257 bytes and longer (powers stop growing at 256), fewer words than the n-gram, nothing at all.
+HARD_TEXTS = ["", " ", "\x00", "a", "a b", "x\x00y z w v u t", "ΣΑΣ ΣΑΣ. Σ end", "İstanbul KELVIN \u212a k",
+              "w" * 300 + " and some more words after it", " ".join(c * k for c, k in zip("xyz", (255, 256, 257))), "é" * 200 + " x y z w q r", "Ⅰ Ⅱ Ⅲ Ⅳ Ⅴ Ⅵ Ⅶ",
+              "😀 😀 a b c d e f g", "\ud800 lone surrogate a b c d e", "ＡＢＣ！ＤＥＦ　ｇｈｉ a b c d",
+              "¡hola! «quote» ¿qué? 1·2 a–b—c “d” ‘e’ … 、。「東京」 ＃１", "...!!!", "ÀÉÎÕÜ Ÿ Ǆ ǅ ǆ a b c",
+              "tab\tnew\nline\rcarriage\x0bvt\x0cff a b"]
+
+
+@pytest.mark.parametrize("compat", [False, True])
+@pytest.mark.parametrize("ngram", [1, 3, 5])
+def test_batch_signatures_equal_the_per_document_definition(monkeypatch, compat, ngram):
+    """``signatures`` (batched normalisation, word hashes from one prefix sum, chunked
+    permutations) gives, for every document, the minimum over the per-document
+    ``shingle_hashes`` of every permutation: small batch and chunk limits make every
+    path run (several sub-batches, chunks, a long document alone)."""
+    import transforms.dedup.minhash as minhash
+
+    rng = random.Random(ngram)
+    alphabet = "aZ09 .,!\x00\t—“”’éÉİ\u212aΣσς東京Ⅰ😀ßł²ＡＢ！　" + "".join(map(chr, range(0x2000, 0x2070, 5)))
+    noise = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 120))) for _ in range(60)]
+    texts = book_docs(6) + HARD_TEXTS + noise + ["".join(book_docs(3))] + book_docs(2)
+    monkeypatch.setattr(minhash, "_BATCH_CHARS", 4000)
+    monkeypatch.setattr(minhash, "_LONG_DOC_CHARS", 8000)
+    monkeypatch.setattr(minhash, "_PERM_CHUNK", 500)
+    hasher = MinHasher(num_perm=32, ngram=ngram, compat=compat)
+    a, b = hasher.permutations
+    for text, row in zip(texts, hasher.signatures(texts)):
+        ref = hasher.shingle_hashes(text)
+        want = (a[:, None] * ref[None, :] + b[:, None]).min(axis=1) if len(ref) else np.full(32, 0xFFFFFFFF)
+        assert np.array_equal(row, want), repr(text[:40])
+
+
+def test_code_point_flags_follow_lower_and_the_punctuation_pattern():
+    from transforms.dedup.minhash import _BLANK, _LOWERS, code_point_flags
+
+    flags = code_point_flags()
+    for char, flag in [("“", _BLANK), ("\u00a0", _BLANK), ("。", _BLANK), ("！", _BLANK), ("İ", _LOWERS),
+                       ("\u212a", _LOWERS), ("Σ", _LOWERS), ("Ａ", _LOWERS), ("\U00010400", _LOWERS),
+                       ("é", 0), ("ß", 0), ("東", 0), ("😀", 0), ("ª", 0)]:
+        assert flags[ord(char)] == flag, char
+    assert not flags[:0x80].any()
 
 
 def test_fast_signatures_estimate_jaccard():
