@@ -67,6 +67,19 @@ class Signals:
 
 
 @dataclass(frozen=True)
+class AnomalyScores:
+    """Each anomaly detector's score (``models/anomaly.py``), standardised on the corpus
+    sample it was calibrated on (0 is that sample's median, 1 its interquartile range),
+    and the language model's perplexity per token. The combined score that decides is
+    ``Doc.anomaly_score``."""
+
+    perplexity: float = 0.0  # the language model's NLL per byte, centred per language
+    representation: float = 0.0  # autoencoder over the language model's mean hidden state
+    signals: float = 0.0  # autoencoder over the quality signals
+    token_perplexity: float = 0.0  # exp(NLL per token) of the scored tokens (CCNet's figure)
+
+
+@dataclass(frozen=True)
 class Label:
     """One label on a document: from a model or from a human reviewer.
 
@@ -98,12 +111,13 @@ class Doc:
     lang: str = ""
     lang_score: float = 0.0
     signals: Optional[Signals] = None
-    anomaly_score: Optional[float] = None
+    anomaly_score: Optional[float] = None  # the combined detector score (anomaly_scores: each)
     quality_score: Optional[float] = None
     labels: Sequence[Label] = ()
     dup_cluster: str = ""
     token_count: int = 0
     truncated: bool = False  # the input was cut at the reader's size limit (max_payload_bytes)
+    anomaly_scores: Optional[AnomalyScores] = None
 
 
 @dataclass(frozen=True)
@@ -153,11 +167,12 @@ class Failure:
     traceback: str = ""
 
 
-for _cls in (Signals, Label, Doc, RawRecord):
+for _cls in (Signals, AnomalyScores, Label, Doc, RawRecord):
     beam.coders.registry.register_coder(_cls, beam.coders.RowCoder)
 
 
 SIGNALS_TYPE = pa.struct([(f.name, pa.float64()) for f in dataclasses.fields(Signals)])
+ANOMALY_SCORES_TYPE = pa.struct([(f.name, pa.float64()) for f in dataclasses.fields(AnomalyScores)])
 LABEL_TYPE = pa.struct(
     [
         ("name", pa.string()),
@@ -186,6 +201,7 @@ DOC_FIELDS: list[pa.Field] = [
     pa.field("dup_cluster", pa.string()),
     pa.field("token_count", pa.int64()),
     pa.field("truncated", pa.bool_()),
+    pa.field("anomaly_scores", ANOMALY_SCORES_TYPE),
 ]
 DOC_SCHEMA = pa.schema(DOC_FIELDS)
 REJECTED_SCHEMA = pa.schema(
@@ -225,12 +241,15 @@ def doc_to_row(doc: Doc) -> dict[str, Any]:
         "dup_cluster": doc.dup_cluster,
         "token_count": doc.token_count,
         "truncated": doc.truncated,
+        "anomaly_scores": dict(vars(doc.anomaly_scores)) if doc.anomaly_scores is not None else None,
     }
 
 
 def doc_from_row(row: dict[str, Any]) -> Doc:
-    """The ``Doc`` of a Parquet row written by ``doc_to_row`` (extra columns ignored)."""
+    """The ``Doc`` of a Parquet row written by ``doc_to_row`` (extra columns ignored;
+    columns added later, such as ``anomaly_scores``, may be missing)."""
     signals = row.get("signals")
+    scores = row.get("anomaly_scores")
     return Doc(
         id=row["id"],
         url=row.get("url") or "",
@@ -249,6 +268,7 @@ def doc_from_row(row: dict[str, Any]) -> Doc:
         dup_cluster=row.get("dup_cluster") or "",
         token_count=row.get("token_count") or 0,
         truncated=bool(row.get("truncated")),
+        anomaly_scores=AnomalyScores(**scores) if scores else None,
     )
 
 
