@@ -65,6 +65,26 @@ ROOT = Path(__file__).resolve().parent.parent
 # engine's memory flat as documents grow. Another -Xmx given later wins.
 JOB_SERVER_HEAP = "--job_server_jvm_properties=-Xmx2g"
 
+# Spark on one machine, measured at 1M documents (docs/BENCHMARKS.md, bench_scale):
+# - Beam's Spark runner makes one task per partition and runs a task's whole input as one
+#   bundle; with Spark's default parallelism (the cores: 2) a 1.3 GB input is two bundles
+#   and the 2 GB heap ran out in extract. 64 partitions keep a bundle ~1/64 of a stage;
+#   Spark runs them in waves of `cores` tasks, so memory stays flat as the input grows.
+# - A dataset read by two consumers (a stage's kept and rejected outputs, the tokenizer's
+#   byte total and shard assignment) is cached at the runner's storage level, MEMORY_ONLY
+#   by default: partitions that do not fit are silently recomputed, every counter of the
+#   stage counted again (tokenize counted 1,806,920 documents for 903,460, extract's
+#   check failed) and the stage's CPU paid twice. MEMORY_AND_DISK spills instead.
+#   Spilling serializes with spark.serializer: Java serialization cannot write the
+#   runner's multi-output records (RawUnionValue), Kryo can (Beam's own recommendation
+#   for its Spark runner). Java 17 hid that error behind an IllegalAccessError of Spark's
+#   SerializationDebugger: the export lets it report the real one.
+SPARK_PARTITIONS = 64
+SPARK_TUNING = (f"--job_server_jvm_properties=-Dspark.default.parallelism={SPARK_PARTITIONS}",
+                "--job_server_jvm_properties=-Dspark.serializer=org.apache.spark.serializer.KryoSerializer",
+                "--job_server_jvm_properties=--add-exports=java.base/sun.security.action=ALL-UNNAMED",
+                "--storage_level=MEMORY_AND_DISK")
+
 
 class EngineMissing(RuntimeError):
     """A part an engine needs (a JDK, a job server jar, the Prism binary) is not there."""
@@ -124,7 +144,7 @@ class Engine:
                     f"--flink_job_server_jar={path}", "--parallelism=2", JOB_SERVER_HEAP] + environment
         if self.name == "spark":
             return ["--runner=SparkRunner", "--spark_master_url=local[2]",
-                    f"--spark_job_server_jar={path}", JOB_SERVER_HEAP] + environment
+                    f"--spark_job_server_jar={path}", JOB_SERVER_HEAP, *SPARK_TUNING] + environment
         # Beam's portable runner puts job_server_timeout (300 s) on the job-state stream
         # when the preparation id is the job id, as on Prism: every stage longer than
         # 5 minutes failed with DEADLINE_EXCEEDED (1M documents). The other calls it

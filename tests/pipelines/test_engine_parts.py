@@ -36,7 +36,14 @@ def test_engine_options(tmp_path, monkeypatch):
     assert f"--flink_job_server_jar={tmp_path / 'flink' / 'job-server.jar'}" in flink
     external = engine_args("flink", worker_pool="localhost:50000")
     assert "--environment_type=EXTERNAL" in external and "--environment_config=localhost:50000" in external
-    assert "--spark_master_url=local[2]" in engine_args("spark")
+    spark = engine_args("spark")
+    assert "--spark_master_url=local[2]" in spark
+    # datasets read twice are spilled, not recomputed (counters counted twice, CPU paid twice),
+    # and a stage is 64 bundles, not one per core (the 2 GB heap ran out at 1M documents)
+    assert "--storage_level=MEMORY_AND_DISK" in spark
+    assert "--job_server_jvm_properties=-Dspark.default.parallelism=64" in spark
+    # spilling writes the runner's multi-output records: Java serialization cannot
+    assert "--job_server_jvm_properties=-Dspark.serializer=org.apache.spark.serializer.KryoSerializer" in spark
     assert f"--prism_location={tmp_path / 'prism' / 'prism'}" in engine_args("prism")
     # the job-state stream of a Prism job is bounded by job_server_timeout: a week, not 300 s
     assert "--job_server_timeout=604800" in engine_args("prism")
