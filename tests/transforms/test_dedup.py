@@ -268,6 +268,11 @@ def test_mccormick_planted_pairs_exactly(tmp_path, size):
     config = jsonl_job(tmp_path, docs, "  exact_text: false\n  minhash:\n    salts: 4\n")
     assert main(["--config", config, "--log-level", "WARNING"], out=io.StringIO()) == 0
     assert rejected_pairs(tmp_path / "job") == truth
+    # smallest_id keeps the numerically smaller id of each pair: t980 over t2023 (issue 18, 5)
+    kept_over = {(row["dup_cluster"], row["id"])
+                 for path in (tmp_path / "job").glob("rejected/dedup_minhash/*.parquet")
+                 for row in pq.read_table(path).to_pylist()}
+    assert kept_over == {tuple(sorted(pair, key=lambda i: int(i[1:]))) for pair in truth}
 
 
 def test_thousand_identical_and_short_documents(tmp_path):
@@ -369,6 +374,36 @@ def test_keep_rule_orders_nodes():
     assert best.node(d("z", 1.0), previous_run=True) < best.node(d("a", 1.0))  # earlier runs win
     with pytest.raises(ValueError, match="keep"):
         DedupConfig(keep="random")
+
+
+@pytest.mark.parametrize("ids,first", [
+    (["t2023", "t980"], "t980"),  # the McCormick planted pair (string order kept t2023)
+    (["doc-10", "doc-9", "doc-100"], "doc-9"),
+    (["t7", "t007"], "t007"),  # equal numbers: the raw id decides
+    (["t1a", "t1"], "t1"),  # an id before its extensions
+    (["b1", "a99"], "a99"),  # text first, then the number
+    (["a|2", "a|10"], "a|2"),  # the node separator inside ids
+    (["x" + "9" * 12, "x" + "1" + "0" * 12], "x" + "9" * 12),  # long digit runs
+])
+def test_smallest_id_is_natural_order(ids, first):
+    from transforms.dedup.components import doc_id_of
+
+    docs = [Doc(id=i, url="", text="", source="", fetched_at="") for i in ids]
+    for config in (DedupConfig(), DedupConfig(keep="highest_quality")):
+        ranked = sorted(docs, key=config.node)
+        assert ranked[0].id == first
+        assert doc_id_of(config.node(ranked[0])) == first
+
+
+def test_exact_dedup_keeps_the_smallest_id_in_natural_order(beam_options):
+    docs = [Doc(id=i, url="", text="The same news-wire story.", source="t", fetched_at="")
+            for i in ("t2023", "t980", "t10000")]
+    with TestPipeline(options=beam_options) as p:
+        out = p | beam.Create(docs) | ExactDedup(DedupConfig())
+        assert_that(out.kept | beam.Map(lambda d: d.id), equal_to(["t980"]), label="kept")
+        assert_that(out.rejected | beam.Map(lambda r: (r.doc.id, r.detail)),
+                    equal_to([("t2023", "duplicate of t980"), ("t10000", "duplicate of t980")]),
+                    label="rejected")
 
 
 def test_normalisation_keeps_every_multibyte_character_intact():

@@ -54,6 +54,34 @@ def test_extract_record_reasons(record, expected):
         assert result[1] == expected
 
 
+ZWSP_ARTICLE = [
+    "The city council approved the new budget on Monday evening after a long debate.",
+    "Most of the extra money will go to schools and to the repair of old bridges.",
+    "The mayor said that the plan had been discussed with residents for several months.",
+    "Opposition members argued that the budget relies too much on a rise in property taxes.",
+    "The vote passed by seven to four, and the budget will take effect in January.",
+    "Local businesses welcomed the decision to keep parking fees at their current level.",
+]
+
+
+def test_zero_width_spacer_lines_are_not_duplicated_lines():
+    """Text records (WET, JSONL) keep a CMS's ``<p>&#8203;</p>`` spacers as lines holding
+    only U+200B: not blank to ``str.strip``, each was a duplicated line and the article
+    failed gopher_rep_dup_line_frac (issue 18, item 2). resiliparse and trafilatura
+    already drop such paragraphs from HTML."""
+    from transforms.clean.rules import QualityRules, first_failure
+    from transforms.clean.signals import compute_signals
+
+    spaced = "\n\u200b\n".join(ZWSP_ARTICLE)
+    assert compute_signals(spaced).dup_line_frac > 0.3  # what the rule saw before
+    doc = extract_record(text("zwsp", spaced), ExtractConfig())
+    assert doc.text.split("\n\n") == ZWSP_ARTICLE
+    signals = compute_signals(doc.text)
+    assert signals.dup_line_frac == 0.0
+    assert first_failure(signals, QualityRules()) is None
+    assert extract_record(text("only", "\u200b\n\ufeff\u2060\n\u200d"), ExtractConfig())[1] == ExtractReason.EMPTY
+
+
 def test_extract_config_validates():
     with pytest.raises(ValueError, match="method"):
         ExtractConfig(method="magic")

@@ -9,6 +9,7 @@ import pytest
 from benchmarks.scrapinghub import load_pages, precision_recall_f1
 from tests.conftest import shared
 from transforms.extract.html import (
+    CORE_MIN_CHAR_SHARE,
     Method,
     decode_html,
     extract_html,
@@ -47,9 +48,18 @@ def test_decode_html(payload, declared, expected_text, expected_encoding):
     ("\n\n  \n", ""),
     ("😀🎉", "😀🎉"),
     ("non\u00a0breaking\u2009thin\u3000ideographic", "non breaking thin ideographic"),
+    ("a\n\u200b\nb", "a\n\nb"),  # a spacer line of a zero-width space is blank
+    ("zero\u200bwidth\u2060joiner\ufeff soft\u00adhyphen", "zerowidthjoiner softhyphen"),
+    ("\u202bRTL embedding\u202c \u200fmark\u2066isolate\u2069", "RTL embedding markisolate"),
+    ("x\n\u200d\u200c \ny", "x\n\ny"),  # joiners alone on a line join nothing
+    ("\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645", "\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645"),  # Persian ZWNJ
+    ("\U0001F468\u200d\U0001F469\u200d\U0001F467", "\U0001F468\u200d\U0001F469\u200d\U0001F467"),  # emoji ZWJ
+    ("\U0001F3F4\U000E0067\U000E0062\U000E0073\U000E0063\U000E0074\U000E007F",
+     "\U0001F3F4\U000E0067\U000E0062\U000E0073\U000E0063\U000E0074\U000E007F"),  # tag flag
 ])
 def test_normalize_text(raw, expected):
     assert normalize_text(raw) == expected
+
 
 
 def test_looks_like_html():
@@ -101,6 +111,60 @@ def test_cascade_rule():
     # a page without any paragraph (a link list): no article to rescue, no fallback
     _, short, lines = trim_to_core("\n".join(["Home", "News", "Sport", "Contact us", "Login"] * 3))
     assert (short, lines) == (0, 15) and not needs_fallback(short, lines)
+
+
+# A news brief made of short lines (no line is paragraph-like) whose only paragraph-like
+# line is the comment-moderation notice CMSs append to the article body (issue 18, 1).
+BRIEF = [
+    "The storm reached the coast just after midnight.",
+    "Winds of 120 km/h were measured at the harbour.",
+    "Three ferries stayed in port on Tuesday.",
+    "The coastal road was closed near Bray.",
+    "About 4,000 homes lost power for several hours.",
+    "Crews restored most lines by the afternoon.",
+    "Schools in two counties opened two hours late.",
+    "No injuries were reported, police said.",
+    "Farmers reported flooded fields along the river.",
+    "The weather service expects calmer days from Thursday.",
+    "A second, weaker front may arrive on Sunday.",
+    "Residents were asked to check on elderly neighbours.",
+]
+MODERATION = ("Comments on this article are moderated and will appear after review by our "
+              "editors; please keep the discussion civil and on topic.")
+BRIEF_PAGE = (
+    "<html><head><title>Storm closes coastal road</title></head><body><header><nav>"
+    "<a href='/'>Home</a> <a href='/news'>News</a> <a href='/sport'>Sport</a></nav></header>"
+    "<main><article><h1>Storm closes coastal road</h1><p class='byline'>By Aoife Byrne, 12 March "
+    "2024</p><div class='article-body'>" + "".join(f"<p>{line}</p>" for line in BRIEF)
+    + f"<p><em>{MODERATION}</em></p></div></article></main><footer><a href='/about'>About us</a> "
+    "<a href='/privacy'>Privacy</a></footer></body></html>").encode()
+
+
+def test_core_of_only_a_moderation_notice_is_not_trusted():
+    """Trimming used to keep only the notice (F1 0.087; trafilatura 0.894), with no short
+    lines left, so the cascade never fell back."""
+    text = "\n\n".join(BRIEF + [MODERATION])
+    assert trim_to_core(text) == (text, len(BRIEF), len(BRIEF) + 1)
+    assert needs_fallback(len(BRIEF), len(BRIEF) + 1)
+    truth = "\n".join(BRIEF)
+    peer = precision_recall_f1(extract_html(BRIEF_PAGE, "", Method.TRAFILATURA).text, truth)[2]
+    for method in (Method.RESILIPARSE, Method.CASCADE):
+        out = extract_html(BRIEF_PAGE, "", method)
+        assert all(line in out.text for line in BRIEF), method
+        assert precision_recall_f1(out.text, truth)[2] >= peer - 0.05
+    assert extract_html(BRIEF_PAGE, "", Method.CASCADE).method == Method.TRAFILATURA.value
+
+
+@pytest.mark.parametrize("share,trimmed", [(CORE_MIN_CHAR_SHARE - 0.05, False),
+                                           (CORE_MIN_CHAR_SHARE + 0.05, True)])
+def test_core_share_threshold(share, trimmed):
+    """A paragraph line plus short lines around it holding ``1 - share`` of the characters."""
+    short = "Home page"  # 9 characters
+    outside = round(len(PARA) * (1 - share) / share / len(short))
+    text = "\n".join([short] * outside + [PARA])
+    core, short_lines, lines = trim_to_core(text)
+    assert (core == PARA) is trimmed
+    assert (short_lines, lines) == ((0, 1) if trimmed else (outside, outside + 1))
 
 
 @pytest.fixture(scope="module")

@@ -100,9 +100,28 @@ def test_signal_table(text, field, expected):
 
 @pytest.mark.parametrize("text,expected", [
     ("Hi. Ho! Hu?", 3), ("a... b?! c.", 3), ("no end", 0), ("e.g. this", 1), ("。你好。", 1), ("", 0),
+    ('He said "no." Then left.', 2), ("(As planned.) Done.", 2), ("It was “over.”\nYes.", 2),
+    ("Really?!» Ja.", 2), ("「行く。」", 1), ('a."b', 0), ("3.5 (x.)y", 0),
 ])
 def test_count_sentences(text, expected):
     assert count_sentences(text) == expected
+
+
+# Five sentences; three end in a closing quote or bracket (issue 18, item 3).
+NEWS = ('The council approved the new road plan on Tuesday evening. The mayor called it '
+        '"a good day for the town."\n'
+        "Work on the bridge will start in May (the contract was signed last week.) It should "
+        "take about two years.\n"
+        "Residents said the plan was “long overdue.”")
+
+
+def test_news_article_with_quoted_endings_passes_c4_sentences():
+    from transforms.clean.rules import C4Rules, c4
+
+    signals = compute_signals(NEWS)
+    assert signals.c4_dropped_lines_frac == 0.0
+    assert signals.c4_sentences == 5
+    assert c4(signals, C4Rules()) is None
 
 
 @pytest.mark.parametrize("text", [

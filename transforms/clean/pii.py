@@ -2,8 +2,12 @@
 
 Replaced by ``<EMAIL>``, ``<PHONE>``, ``<IP>``, counted per type. Patterns favour
 precision: a phone number needs a separator structure typical of phone numbers (or a
-leading +), so years, prices and ISBN-like digit runs survive; an IPv4 address needs four
-octets <= 255; IPv6 needs at least three colon groups with hex digits.
+leading +), so years, prices and ISBN-like digit runs survive; German (``030 12345678``,
+``+49 30 1234567``, ``+49 (0)30 ...``) and French (``01 23 45 67 89``, ``+33 1 23 45 67
+89``) formats are in the patterns. IP candidates (four dotted numbers, hex groups with
+colons) must parse with ``ipaddress``, so ``a:b:c:d`` and MAC addresses (6 groups, no
+``::``) are not IPs; a dotted quad right after a letter or a version word (``v1.2.3.4``,
+``version 1.2.3.4``, ``build``, ``release``, ``firmware``) is a version number.
 
 Speed: each pattern first finds candidates with a cheap expression that starts on a
 literal or a digit, and the strict pattern only checks those candidates; the strict
@@ -12,6 +16,7 @@ patterns alone (with look-behinds tried at every position) cost ~0.6 ms per 3 KB
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from typing import Callable, NamedTuple, Optional
 
@@ -24,7 +29,13 @@ _IPV6_HINT = re.compile(r"[0-9A-Fa-f]{0,4}:[0-9A-Fa-f]{0,4}:")
 _IPV6 = re.compile(r"(?<![\w:])(?:[0-9A-Fa-f]{1,4}:){3,7}[0-9A-Fa-f]{1,4}(?![\w:])"
                    r"|(?<![\w:])(?:[0-9A-Fa-f]{1,4}:){1,6}:(?:[0-9A-Fa-f]{1,4}:?){1,6}(?![\w:])")
 _PHONE = re.compile(r"(?:\+\d{1,3}[\s.-]?)?(?:\(\d{2,4}\)[\s.-]?|\d{2,4}[\s.-])\d{3,4}[\s.-]\d{3,4}"
-                    r"|\+\d{7,14}")
+                    r"|\+\d{7,14}"
+                    # international with a short area code and groups: +33 1 23 45 67 89,
+                    # +49 30 1234567, +49 (0)30 1234567
+                    r"|\+\d{1,3}[\s.-]?(?:\(0\)[\s.-]?)?\d{1,5}(?:[\s.-]\d{2,8}){1,4}"
+                    r"|0\d{2,4}[\s-]\d{5,8}"  # German national: 030 12345678, 0221-1234567
+                    r"|0[1-9]([\s.-])\d\d(?:\1\d\d){3}")  # French national: 01 23 45 67 89
+_VERSION_WORD = re.compile(r"(?i)\b(?:version|ver\.?|release|build|firmware|v)\s*$")
 
 
 class Redaction(NamedTuple):
@@ -57,10 +68,23 @@ def _replace(text: str, finder: re.Pattern[str], accept: Callable[[str, re.Match
 def _is_ipv4(text: str, match: re.Match[str]) -> bool:
     before = text[match.start() - 1] if match.start() else ""
     after = text[match.end():match.end() + 2]
-    if before.isdigit() or before == "." or after[:1].isdigit() or (after[:1] == "." and after[1:2].isdigit()):
+    if before.isalnum() or before == "." or after[:1].isdigit() or (after[:1] == "." and after[1:2].isdigit()):
         return False
-    return all(int(octet) <= 255 and (octet == "0" or not octet.startswith("0"))
-               for octet in match.group().split("."))
+    if _VERSION_WORD.search(text[max(0, match.start() - 12):match.start()]):
+        return False
+    try:  # octets <= 255, no leading zeros (ipaddress refuses them: octal ambiguity)
+        ipaddress.IPv4Address(match.group())
+    except ValueError:
+        return False
+    return True
+
+
+def _is_ipv6(text: str, match: re.Match[str]) -> bool:
+    try:
+        ipaddress.IPv6Address(match.group())
+    except ValueError:
+        return False
+    return True
 
 
 def _is_phone(text: str, start: int, end: int) -> bool:
@@ -90,7 +114,7 @@ def redact(text: str) -> Redaction:
     if "@" in text:
         text, emails = _replace(text, _EMAIL, _is_email, "<EMAIL>")
     if text.count(":") >= 3 and _IPV6_HINT.search(text):
-        text, ips = _IPV6.subn("<IP>", text)
+        text, ips = _replace(text, _IPV6, _is_ipv6, "<IP>")
     parts: list[str] = []
     pos = 0
     for match in _DIGITS_CANDIDATE.finditer(text):  # one scan for IPv4 and phone numbers

@@ -1,17 +1,22 @@
 """URL normalisation and host keys (pure functions).
 
 Two spellings of one page must become one URL, or the crawler fetches it twice:
-scheme and host are lower-cased, default ports and fragments dropped, dot segments
-resolved, percent-escapes upper-cased (and unreserved ones decoded), an empty path
-becomes ``/``. Only http(s) URLs are crawlable.
+scheme and host are lower-cased, internationalised host names go to their IDNA
+(punycode, UTS #46) form, default ports and fragments dropped, dot segments resolved (empty segments kept),
+raw non-ASCII characters (and spaces) in the path and query percent-encoded as UTF-8,
+percent-escapes upper-cased (and unreserved ones decoded), query parameters sorted by
+name then value (order kept among equal ones), an empty path becomes ``/``. Only http(s)
+URLs are crawlable. Measured against w3lib's ``canonicalize_url`` (which does the same,
+the Scrapy request fingerprint) in tests/transforms/test_urls_robots.py.
 """
 
 from __future__ import annotations
 
-import posixpath
 import re
 from typing import Optional
-from urllib.parse import urljoin, urlsplit, urlunsplit
+from urllib.parse import quote, urljoin, urlsplit, urlunsplit
+
+import idna  # IDNA 2008 + UTS #46 (a dependency of requests, itself one of apache-beam)
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _PERCENT = re.compile(r"%([0-9a-fA-F]{2})")
@@ -27,16 +32,59 @@ def _fix_escapes(part: str) -> str:
     return _PERCENT.sub(repl, part)
 
 
+# Characters left as they are when percent-encoding a path or query: ASCII that RFC 3986
+# allows there, and "%" (existing escapes are fixed by ``_fix_escapes``).
+_PATH_SAFE = "/:@!$&'()*+,;=-._~%"
+_QUERY_SAFE = _PATH_SAFE + "?"
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9/:@!$&'()*+,;=\-._~%?]")
+
+
+def _encode(part: str, safe: str) -> str:
+    """Non-ASCII (as UTF-8), spaces and other characters URLs may not hold
+    (``"<>{}|^`` and the like) percent-encoded."""
+    if not _UNSAFE.search(part):
+        return part
+    return quote(part, safe=safe, errors="surrogatepass")
+
+
+def _sort_query(query: str) -> str:
+    """Parameters sorted by (name, value) as w3lib does, empty ones dropped."""
+    pairs = [pair for pair in query.split("&") if pair]
+    return "&".join(sorted(pairs, key=lambda pair: pair.partition("=")[::2]))
+
+
+def _ascii_host(host: str) -> Optional[str]:
+    """The host in ASCII (IDNA) form, or None when it is not a valid host name."""
+    if host.isascii():
+        return host
+    try:
+        return idna.encode(host, uts46=True).decode("ascii")
+    except (idna.IDNAError, UnicodeError):
+        try:
+            return host.encode("idna").decode("ascii")  # IDNA 2003, as browsers once did
+        except UnicodeError:
+            return None
+
+
 def _clean_path(path: str) -> str:
+    """Dot segments resolved (RFC 3986 section 5.2.4), leading slashes collapsed to one;
+    empty segments inside the path are kept: ``/web/2007/http://x.org/`` (the Wayback
+    Machine's form) is not ``/web/2007/http:/x.org/``."""
     if not path:
         return "/"
-    trailing = path.endswith("/")
-    cleaned = posixpath.normpath(path)
-    if cleaned.startswith("//"):
-        cleaned = "/" + cleaned.lstrip("/")
-    if trailing and cleaned != "/":
-        cleaned += "/"
-    return cleaned
+    segments = path.lstrip("/").split("/")
+    out: list[str] = []
+    for segment in segments:
+        if segment == "..":
+            if out:
+                out.pop()
+        elif segment != ".":
+            out.append(segment)
+    if segments[-1] in (".", ".."):
+        out.append("")  # "/a/b/.." is the directory "/a/"
+    return "/" + "/".join(out)
 
 
 def normalize_url(url: str, base: Optional[str] = None) -> Optional[str]:
@@ -58,12 +106,15 @@ def normalize_url(url: str, base: Optional[str] = None) -> Optional[str]:
     scheme = parts.scheme.lower()
     if scheme not in _DEFAULT_PORTS or not parts.hostname:
         return None
-    host = parts.hostname.lower().rstrip(".")
+    host = _ascii_host(parts.hostname.lower().rstrip("."))
+    if not host:
+        return None
     if ":" in host:  # IPv6 literal
         host = f"[{host}]"
     netloc = host if port in (None, _DEFAULT_PORTS[scheme]) else f"{host}:{port}"
-    path = _clean_path(_fix_escapes(parts.path.replace(" ", "%20")))
-    query = _fix_escapes(parts.query.replace(" ", "%20"))
+    # "\" is "/" in http(s) paths, as browsers read it (WHATWG URL standard)
+    path = _clean_path(_fix_escapes(_encode(parts.path.replace("\\", "/"), _PATH_SAFE)))
+    query = _sort_query(_fix_escapes(_encode(parts.query, _QUERY_SAFE)))
     return urlunsplit((scheme, netloc, path, query, ""))
 
 

@@ -23,7 +23,8 @@ Edge = tuple[str, str]
 
 
 def node_key(doc_id: str, previous_run: bool = False, quality: float | None = None) -> str:
-    """Sortable node name: ``<0 old|1 new><rank>|<id>``; ``quality`` ranks best first."""
+    """Sortable node name: ``<0 old|1 new><rank>|<id>``; ``quality`` ranks best first.
+    ``DedupConfig.node`` inserts the id's natural-order key before the ``|``."""
     rank = "" if quality is None else f"{1.0 - min(max(quality, 0.0), 1.0):.6f}"
     return f"{0 if previous_run else 1}{rank}|{doc_id}"
 

@@ -15,6 +15,7 @@ round changes nothing; the root of each component is the document to keep.
 from __future__ import annotations
 
 import hashlib
+import re
 import zlib
 from dataclasses import dataclass
 from enum import Enum
@@ -71,9 +72,35 @@ class MinHashConfig:
         return MinHasher(num_perm=self.num_perm, seed=self.seed, ngram=self.ngram, compat=self.compat)
 
 
+_DIGIT_RUN = re.compile(r"[0-9]+")
+_ID_TEXT = {ord("|"): "{", **{c: " " for c in range(0x20)}}
+
+
+def _digit_run_key(match: re.Match[str]) -> str:
+    digits = match.group().lstrip("0") or "0"
+    size = len(digits)
+    return (str(size) if size < 9 else f"9{size:09d}") + digits
+
+
+def id_order_key(doc_id: str) -> str:
+    """A string whose code point order is the natural order of ids: runs of ASCII digits
+    compare by their numeric value (``t980 < t2023``, ``doc-9 < doc-10``), other
+    characters by code point, a shorter id before its extensions (``t1 < t1a``).
+
+    Each digit run becomes its significant length (one digit below 9, else ``9`` and nine
+    digits) and its digits, so it sorts where a digit would against other characters. The
+    key never holds ``|`` (the node separator; ``|`` orders as ``{``) and ends with a
+    space, below every printable character (control characters order as spaces). Ids with
+    equal keys (``t007``, ``t7``) are ordered by the raw id after the separator.
+    """
+    return _DIGIT_RUN.sub(_digit_run_key, doc_id.translate(_ID_TEXT)) + " "
+
+
 @dataclass(frozen=True)
 class DedupConfig:
-    """``keep``: smallest_id or highest_quality (then smallest id)."""
+    """``keep``: ``smallest_id`` or ``highest_quality`` (then smallest id). The smallest
+    id is the first in natural order (``id_order_key``): numbers inside ids compare by
+    value, so ``t980`` is kept over ``t2023``, then by code point."""
 
     exact_text: bool = True
     exact_url: bool = True
@@ -89,7 +116,10 @@ class DedupConfig:
         quality = doc.quality_score if self.keep == "highest_quality" else None
         if self.keep == "highest_quality" and quality is None:
             quality = 0.0
-        return node_key(doc.id, previous_run, quality)
+        # node_key's "<old|new><rank>|<id>" with the natural-order key before the
+        # separator: node strings compare as (run, rank, id_order_key, id).
+        head = node_key(doc.id, previous_run, quality).split("|", 1)[0]
+        return f"{head}{id_order_key(doc.id)}|{doc.id}"
 
 
 def text_key(doc: Doc) -> str:

@@ -3,7 +3,8 @@
 Pure functions, no Beam. Extractors (chosen by measurement, docs/BENCHMARKS.md):
 
 - ``resiliparse``: lexbor DOM + resiliparse's main-content heuristics, then the text
-  is trimmed to its core (first to last paragraph-like line). Fastest.
+  is trimmed to its core (first to last paragraph-like line), unless that core would
+  hold under ``CORE_MIN_CHAR_SHARE`` of the text. Fastest.
 - ``trafilatura``: trafilatura's ``fast`` extraction without comments. Most accurate
   on the scrapinghub pages and still faster than trafilatura's default.
 - ``cascade``: ``resiliparse``, then trafilatura only for the pages whose trimmed text
@@ -67,6 +68,21 @@ _INVISIBLE_START = re.compile(r"<(script|style|svg|noscript|iframe|template)\b|<
 _SPACES = {ord(c): " " for c in "\u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006"
            "\u2007\u2008\u2009\u200a\u202f\u205f\u3000"}
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+# Invisible format characters (Unicode category Cf) that carry nothing a reader sees:
+# zero-width space, word joiner, zero-width no-break space (a BOM inside text), soft
+# hyphen, bidi marks, embeddings and isolates, invisible math operators, interlinear
+# annotation marks. CMSs emit ``<p>&#8203;</p>`` as spacers: a line holding only U+200B
+# is not blank to ``str.strip`` and counted as a duplicated line (a real article failed
+# gopher_rep_dup_line_frac at 0.321, 0.0 without them). Kept: U+200C/U+200D (ZWNJ/ZWJ
+# spell Persian and Indic words and join emoji sequences; only trimmed at line edges),
+# the visible prepended marks (U+0600-U+0605, U+06DD, U+070F) and tag characters
+# (subdivision flag emoji).
+INVISIBLE = frozenset(
+    [0x00AD, 0x061C, 0x180E, 0x200B, 0x200E, 0x200F, 0xFEFF]
+    + list(range(0x202A, 0x202F)) + list(range(0x2060, 0x2065)) + list(range(0x2066, 0x2070))
+    + list(range(0xFFF9, 0xFFFC)))
+_NORMALIZE = {**_SPACES, **dict.fromkeys(INVISIBLE)}
+_JOINERS = "\u200c\u200d"
 
 # A "paragraph line" has >= PARAGRAPH_MIN_WORDS words and ends like a sentence, or has
 # >= PARAGRAPH_LONG_WORDS words. Lines before the first and after the last paragraph
@@ -78,6 +94,13 @@ _SENTENCE_END = re.compile(r"[.!?\u2026\"\u201d\u00bb)\]:;\u3002\uff01\uff1f]\s*
 # short lines and they are at least this fraction of its lines.
 CASCADE_MIN_SHORT_LINES = 5
 CASCADE_SHORT_FRACTION = 0.6
+# A core holding less than this share of the text's characters is not trusted: an article
+# of short lines whose only paragraph-like line is a notice ("Comments are moderated ...")
+# would be trimmed to that notice, which has no short lines left for the cascade rule to
+# see (an unseen page: F1 0.045, trafilatura 0.747). The text stays whole and the cascade
+# rule judges all of it. Measured share of the core: >= 0.71 on all 90 scrapinghub pages,
+# below 0.5 on 1 of 42 HTML pages in ../shared/data/warc (0.42).
+CORE_MIN_CHAR_SHARE = 0.5
 
 
 def _codec(name: str) -> Optional[str]:
@@ -145,12 +168,13 @@ def looks_like_html(payload: bytes) -> bool:
 
 
 def normalize_text(text: str) -> str:
-    """Strip control characters and lone surrogates, turn Unicode spaces (``&nbsp;``
-    and the like, which tokenizers and fastText do not split on) into plain spaces, trim
-    lines, collapse blank runs."""
-    text = _CONTROL.sub("", text).translate(_SPACES)
+    """Strip control characters, ``INVISIBLE`` format characters and lone surrogates,
+    turn Unicode spaces (``&nbsp;`` and the like, which tokenizers and fastText do not
+    split on) into plain spaces, trim lines (of spaces and of joiners, which join nothing
+    there), collapse blank runs."""
+    text = _CONTROL.sub("", text).translate(_NORMALIZE)
     text = text.encode("utf-8", "replace").decode("utf-8")
-    lines = [line.strip() for line in text.splitlines()]
+    lines = [line.strip().strip(_JOINERS).strip() for line in text.splitlines()]
     return _BLANK_LINES.sub("\n\n", "\n".join(lines)).strip()
 
 
@@ -211,6 +235,8 @@ def trim_to_core(text: str) -> tuple[str, int, int]:
     with 0 short lines: there is no article inside navigation to rescue, so the cascade
     does not send it to trafilatura (measured: 11 of the 21 fallbacks on the Common
     Crawl pages in ../shared/data/warc, none of the 6 on the scrapinghub articles).
+    A core under ``CORE_MIN_CHAR_SHARE`` of the characters is not a trim but a guess:
+    the text is returned whole with all its short lines, for the cascade rule to judge.
     """
     lines = [line for line in text.split("\n") if line.strip()]
     flags = [is_paragraph(line) for line in lines]
@@ -219,7 +245,9 @@ def trim_to_core(text: str) -> tuple[str, int, int]:
     first = flags.index(True)
     last = len(flags) - 1 - flags[::-1].index(True)
     core = lines[first:last + 1]
-    return "\n".join(core), sum(1 for f in flags[first:last + 1] if not f), len(core)
+    if sum(map(len, core)) < CORE_MIN_CHAR_SHARE * sum(map(len, lines)):
+        return text, flags.count(False), len(lines)
+    return "\n".join(core), flags[first:last + 1].count(False), len(core)
 
 
 def needs_fallback(short_lines: int, lines: int) -> bool:
