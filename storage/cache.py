@@ -47,6 +47,10 @@ class CacheStats:
     retries: int = 0
     verified: int = 0  # shards checked in full by this process
     verify_s: float = 0.0  # time spent checking them
+    # The reader's requests (local_path with pin=True), by what they found:
+    ready: int = 0  # the shard fetched and checked already (by the prefetcher or earlier)
+    waited: int = 0  # another thread (the prefetcher) fetching or checking it: waited for that
+    cold: int = 0  # neither: this request fetched or checked it itself
 
     @property
     def hit_rate(self) -> float:
@@ -148,28 +152,34 @@ class ShardCache:
         entry = self._entry(index_url, name)
         local = _is_local(index_url)
         path = self._source(index_url, name).split("://", 1)[-1] if local else self._hot_path(index_url, name)
+        waited = worked = False
         while True:
             with self._lock:
                 pending = self._inflight.get(path)
                 if pending is None:
                     self._inflight[path] = threading.Event()
             if pending is not None:  # another thread (the prefetcher) works on it: wait
+                waited = True
                 pending.wait()
                 continue
             try:
+                before = self._checked.get(path)
                 if local:
                     self._check_file(path, index_url, entry, name)
                 else:
                     self._fetch(index_url, name, entry, path)
+                worked = worked or self._checked.get(path) is not before  # checked anew here
                 if not pin:
                     return path
                 if local:
                     with self._lock:
                         self._local_pins[path] = self._local_pins.get(path, 0) + 1
+                    self._count_request(waited, worked)
                     return path
                 if self.hot.pin(path):
                     checked = self._checked.get(path)
                     if checked is not None and self.hot.pinned_inode(path) == checked[0][0]:
+                        self._count_request(waited, worked)
                         return path
                     self.hot.unpin(path)  # replaced since it was checked: check the new file
             finally:
@@ -177,6 +187,16 @@ class ShardCache:
                     self._inflight.pop(path).set()
             with self._lock:  # evicted by another process between the check and the pin
                 self._checked.pop(path, None)
+
+    def _count_request(self, waited: bool, worked: bool) -> None:
+        """One reader request: it fetched or checked the shard itself (cold), else waited
+        for another thread's work (waited), else found it done (ready)."""
+        if worked:
+            self.stats.cold += 1
+        elif waited:
+            self.stats.waited += 1
+        else:
+            self.stats.ready += 1
 
     def _check_file(self, path: str, index_url: str, entry: dict[str, Any], name: str) -> Header:
         """Checks the file at ``path`` in full once per process (and again if it changes)."""

@@ -20,6 +20,11 @@ depends on timing, ranks' speed or the number of DataLoader workers.
   windows of a group with a damaged, truncated or missing shard, whatever the damage
   (batches get shorter; ``corrupt_shards`` names them); the default raises the
   ``ShardError`` naming the shard.
+* Prefetch: when the reader enters a group, a background thread per dataset is handed the
+  stream's next ``prefetch_depth`` shards (by default the next group): it downloads and
+  checks them while this group is read. The group a stream leaves is unpinned.
+* A batch is one ``int64`` array; each window is copied into it once from the shard's
+  memory map; ``position_ids`` are whole-batch numpy steps (``storage.plan.position_ids``).
 * Sources whose indexes record different tokenizers (sha256) are refused: their ids mean
   different things.
 * Ranks take every R-th sample and the same number each (the remainder is dropped), so
@@ -30,9 +35,9 @@ depends on timing, ranks' speed or the number of DataLoader workers.
 
 from __future__ import annotations
 
-import bisect
 import itertools
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any, Iterator, Optional, Sequence
 
@@ -41,12 +46,12 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from storage.cache import ShardCache
-from storage.plan import Group, Source, check_same_tokenizer, mix_schedule, shard_permutation, \
-    window_permutation, windows_in
+from storage.plan import Group, Source, check_same_tokenizer, mix_schedule, position_ids, shard_permutation, \
+    window_locations, window_permutation, windows_in
 from storage.shards import ShardError
 
-__all__ = ["Group", "LoaderStats", "Source", "TokenDataset", "TokenLoader", "mix_schedule", "shard_permutation",
-           "window_permutation", "windows_in"]
+__all__ = ["Group", "LoaderStats", "Source", "TokenDataset", "TokenLoader", "mix_schedule", "position_ids",
+           "shard_permutation", "window_permutation", "windows_in"]
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -106,24 +111,36 @@ class TokenDataset(IterableDataset):
                         for g in range(0, len(picked), self.buffer_shards)])
         return out
 
-    def plan(self, epoch: int) -> list[tuple[int, int, int]]:
-        """Every sample of the epoch for this rank: (stream, group, window in group)."""
+    def plan_rows(self, epoch: int) -> np.ndarray:
+        """Every sample of the epoch for this rank: (samples, 3) int64 rows of (stream,
+        group, window in group)."""
         per_stream = []
-        for groups in self.groups(epoch):
-            samples = []
-            for g, group in enumerate(groups):
-                n = (windows_in(group.total, self.seq_len) if self.pack == "concat"
-                     else len(self._doc_windows(group)))
-                samples += [(g, int(w)) for w in window_permutation(n, self.seed, epoch, group.stream, g)]
-            per_stream.append(samples)
-        weights = [s.weight for s in self.sources]
-        mixed = [(s, *per_stream[s][i]) for s, i in mix_schedule([len(p) for p in per_stream], weights)]
+        for stream, groups in enumerate(self.groups(epoch)):
+            counts = [windows_in(g.total, self.seq_len) if self.pack == "concat" else len(self._doc_windows(g))
+                      for g in groups]
+            windows = [window_permutation(n, self.seed, epoch, stream, g) for g, n in enumerate(counts)]
+            per_stream.append(np.stack([np.full(sum(counts), stream), np.repeat(np.arange(len(groups)), counts),
+                                        np.concatenate(windows) if windows else np.zeros(0, np.int64)],
+                                       axis=1).astype(np.int64))
+        if len(per_stream) == 1:
+            mixed = per_stream[0]
+        else:
+            order = np.array(mix_schedule([len(p) for p in per_stream], [s.weight for s in self.sources]),
+                             dtype=np.int64).reshape(-1, 2)
+            mixed = np.zeros((len(order), 3), dtype=np.int64)
+            for stream, rows in enumerate(per_stream):
+                mine = order[:, 0] == stream
+                mixed[mine] = rows[order[mine, 1]]
         per_rank = len(mixed) // self.world_size
         return mixed[self.rank::self.world_size][:per_rank]
 
+    def plan(self, epoch: int) -> list[tuple[int, int, int]]:
+        """``plan_rows`` as (stream, group, window in group) tuples."""
+        return [tuple(row) for row in self.plan_rows(epoch).tolist()]
+
     def __len__(self) -> int:
         """Full batches per rank in the current epoch."""
-        return len(self.plan(self.epoch)) // self.batch_size
+        return len(self.plan_rows(self.epoch)) // self.batch_size
 
     # --- resume ---------------------------------------------------------------------------
     def set_epoch(self, epoch: int) -> None:
@@ -178,15 +195,6 @@ class TokenDataset(IterableDataset):
                 "mask": torch.from_numpy(mask)}
 
     # --- reading --------------------------------------------------------------------------
-    def _positions(self, tokens: np.ndarray) -> np.ndarray:
-        if self.eos_id is None:
-            return np.arange(len(tokens), dtype=np.int64)
-        ends = np.flatnonzero(tokens == self.eos_id) + 1  # a new document starts after EOS
-        positions = np.arange(len(tokens), dtype=np.int64)
-        starts = np.zeros(len(tokens), dtype=np.int64)
-        starts[ends[ends < len(tokens)]] = ends[ends < len(tokens)]
-        return positions - np.maximum.accumulate(starts)
-
     def _resolve(self, group: Group) -> tuple[list[np.ndarray], list[int]]:
         """The group's shard token arrays (memory maps, checked) and their cumulative
         offsets. The shards are pinned (never evicted while read) until ``_release``; if one
@@ -196,11 +204,12 @@ class TokenDataset(IterableDataset):
         try:
             for name in group.shards:
                 pinned.append(self.cache.local_path(url, name, pin=True))
-            arrays = [self.cache.tokens(url, name) for name in group.shards]
+            # plain ndarray views of the maps: slicing an np.memmap runs Python code (__array_finalize__)
+            arrays = [self.cache.tokens(url, name).view(np.ndarray) for name in group.shards]
         except ShardError:
             self.cache.unpin(pinned)
             raise
-        return arrays, [0] + list(itertools.accumulate(group.tokens))  # a few ints: bisect beats numpy
+        return arrays, [0] + list(itertools.accumulate(group.tokens))
 
     def _skip(self, group: Group, exc: Exception) -> None:
         _LOGGER.error("skipping the windows of shards %s: %s", ", ".join(group.shards), exc)
@@ -214,21 +223,15 @@ class TokenDataset(IterableDataset):
             self.cache.unpin([self.cache.path_of(url, n) for n in groups[stream][group].shards])
         resolved.clear()
 
-    def _fill(self, row: np.ndarray, resolved: tuple[list[np.ndarray], list[int]], window: int) -> None:
-        arrays, cum = resolved
-        start = window * self.seq_len
-        stop = start + self.seq_len + 1
-        i = bisect.bisect_right(cum, start) - 1
-        if stop <= cum[i + 1]:  # the common case: the window lies in one shard
-            row[:] = arrays[i][start - cum[i]:stop - cum[i]]
-            return
+    def _fill_across(self, row: np.ndarray, arrays: list[np.ndarray], cum: list[int], i: int, lo: int) -> None:
+        """A window that starts ``lo`` tokens into shard ``i`` of its group and runs on
+        into the next shards."""
         filled = 0
         while filled < len(row):
-            lo = start + filled - cum[i]
             take = min(len(row) - filled, int(cum[i + 1] - cum[i]) - lo)
             row[filled:filled + take] = arrays[i][lo:lo + take]
             filled += take
-            i += 1
+            i, lo = i + 1, 0
 
     def _resolved(self, key: tuple[int, int], groups: list[list[Group]],
                   resolved: dict[tuple[int, int], Any]) -> Any:
@@ -244,31 +247,57 @@ class TokenDataset(IterableDataset):
                 self._skip(group, exc)
         return resolved[key]
 
-    def _batch(self, samples: list[tuple[int, int, int]], groups: list[list[Group]],
-               resolved: dict[tuple[int, int], Any]) -> dict[str, torch.Tensor]:
-        if self.pack == "document":
-            rows = []
-            for s, g, w in samples:
-                found = self._resolved((s, g), groups, resolved)
-                if found is not None:  # None: a damaged shard, its windows are dropped
-                    rows.append(self._doc_window(groups[s][g], w, found[0]))
-            if not rows:
-                empty = torch.zeros((0, self.seq_len + 1), dtype=torch.int64)
-                return {"tokens": empty, "position_ids": empty.clone(), "mask": empty.bool()}
-            return {k: torch.stack([r[k] for r in rows]) for k in rows[0]}
-        out = np.empty((len(samples), self.seq_len + 1), dtype=np.int64)
-        kept = 0
-        for stream, group, window in samples:
-            found = self._resolved((stream, group), groups, resolved)
-            if found is None:
-                continue  # the group has a damaged shard: its windows are dropped
-            self._fill(out[kept], found, window)
-            kept += 1
-        out = out[:kept]
+    def _enter(self, key: tuple[int, int], groups: list[list[Group]], resolved: dict[tuple[int, int], Any],
+               prefetchers: dict[str, Any]) -> Any:
+        """The first sample of a group: its stream's previous group is unpinned (a stream's
+        samples come group after group, so it is not read again), the prefetcher is
+        given the next ``prefetch_depth`` shards of the stream (the next group, while this
+        one is read), and the group is resolved."""
+        stream, group = key  # (a damaged group's None stays: it is not tried again this epoch)
+        self._release({k: resolved.pop(k) for k in [k for k, v in resolved.items() if k[0] == stream and v]}, groups)
+        url = self.sources[stream].index_url
+        if url in prefetchers:
+            later = groups[stream][group + 1:group + 1 + self.prefetch_depth]
+            prefetchers[url].ahead([name for g in later for name in g.shards][:self.prefetch_depth])
+        return self._resolved(key, groups, resolved)
+
+    def _batch(self, rows: list[list[int]], keys: list[tuple[int, int]], groups: list[list[Group]],
+               resolved: dict[tuple[int, int], Any], prefetchers: dict[str, Any]) -> dict[str, torch.Tensor]:
+        """Concat packing: ``rows`` of ``window_locations``; each window copied once from
+        its shard's map into the int64 batch."""
+        width = self.seq_len + 1
+        out = np.empty((len(rows), width), dtype=np.int64)
+        last = -1
+        for k, (number, shard, lo) in enumerate(rows):
+            if number != last:
+                last, key = number, keys[number]
+                found = resolved[key] if key in resolved else self._enter(key, groups, resolved, prefetchers)
+                if found is None:  # a damaged shard (skip mode): the batch without its group's windows
+                    return self._batch([r for r in rows if resolved.get(keys[r[0]], ()) is not None], keys,
+                                       groups, resolved, prefetchers)
+                arrays, cum = found
+            if shard >= 0:  # the common case: the window lies in one shard
+                out[k] = arrays[shard][lo:lo + width]  # the one copy (and widening to int64)
+            else:
+                self._fill_across(out[k], arrays, cum, -1 - shard, lo)
         if self.eos_id is None:  # positions are just 0..seq_len: not worth shipping
             return {"tokens": torch.from_numpy(out)}
-        positions = torch.from_numpy(np.stack([self._positions(row) for row in out]))
-        return {"tokens": torch.from_numpy(out), "position_ids": positions}
+        return {"tokens": torch.from_numpy(out), "position_ids": torch.from_numpy(position_ids(out, self.eos_id))}
+
+    def _document_batch(self, samples: list[list[int]], keys: list[tuple[int, int]], groups: list[list[Group]],
+                        resolved: dict[tuple[int, int], Any], prefetchers: dict[str, Any]) -> dict[str, torch.Tensor]:
+        """Document packing: ``samples`` of the plan; padded windows inside one document,
+        with mask and positions."""
+        rows = []
+        for stream, group, window in samples:
+            key = (stream, group)
+            found = resolved[key] if key in resolved else self._enter(key, groups, resolved, prefetchers)
+            if found is not None:  # None: a damaged shard, its windows are dropped
+                rows.append(self._doc_window(groups[stream][group], window, found[0]))
+        if not rows:
+            empty = torch.zeros((0, self.seq_len + 1), dtype=torch.int64)
+            return {"tokens": empty, "position_ids": empty.clone(), "mask": empty.bool()}
+        return {k: torch.stack([r[k] for r in rows]) for k in rows[0]}
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         """Whole batches (the loader uses ``batch_size=None``): no per-sample collation."""
@@ -276,8 +305,13 @@ class TokenDataset(IterableDataset):
 
         info = get_worker_info()
         workers, worker = (info.num_workers, info.id) if info else (1, 0)
-        plan = self.plan(self.epoch)
+        plan = self.plan_rows(self.epoch)
         groups = self.groups(self.epoch)
+        keys = [(stream, g) for stream, stream_groups in enumerate(groups) for g in range(len(stream_groups))]
+        if self.pack == "concat":
+            table, make = window_locations(plan, groups, self.seq_len), self._batch
+        else:
+            table, make = plan, self._document_batch
         batches = len(plan) // self.batch_size
         prefetchers = {s.index_url: Prefetcher(self.cache, s.index_url, self.prefetch_depth)
                        for s in self.sources} if self.prefetch_depth else {}
@@ -285,33 +319,13 @@ class TokenDataset(IterableDataset):
         try:
             # The DataLoader takes batch k from worker k % W, so worker w makes batches
             # start + w, start + w + W, ...: the rank order is kept whatever W is.
+            size = self.batch_size
             for batch in range(self.start_batch + worker, batches, workers):
-                samples = plan[batch * self.batch_size:(batch + 1) * self.batch_size]
-                if prefetchers and (batch - self.start_batch - worker) % (8 * workers) == 0:
-                    # every 8 of this worker's batches: queue the shards of the next ones
-                    self._prefetch(prefetchers, groups, plan, (batch + workers) * self.batch_size,
-                                   16 * workers * self.batch_size)
-                needed = {(stream, group) for stream, group, _ in samples}
-                stale = [key for key in resolved if key not in needed]
-                if stale:  # unpin the groups this batch does not read
-                    self._release({key: resolved.pop(key) for key in stale}, groups)
-                yield self._batch(samples, groups, resolved)
+                yield make(table[batch * size:(batch + 1) * size].tolist(), keys, groups, resolved, prefetchers)
         finally:
             self._release(resolved, groups)
             for prefetcher in prefetchers.values():
                 prefetcher.close()
-
-    def _prefetch(self, prefetchers: dict[str, Any], groups: list[list[Group]],
-                  plan: list[tuple[int, int, int]], start: int, span: int) -> None:
-        """Queue the shards of the next ``span`` samples."""
-        upcoming: dict[str, list[str]] = {url: [] for url in prefetchers}
-        for stream, group, _ in plan[start:start + span]:
-            url = self.sources[stream].index_url
-            for name in groups[stream][group].shards:
-                if name not in upcoming[url]:
-                    upcoming[url].append(name)
-        for url, names in upcoming.items():
-            prefetchers[url].ahead(names)
 
 
 @dataclass
@@ -341,29 +355,30 @@ class TokenLoader(DataLoader):
         self.stats = LoaderStats()
 
     def __iter__(self) -> Iterator[Any]:
-        import time
-
+        clock, stats = time.perf_counter, self.stats
         self.batches = self.dataset.start_batch
         iterator = super().__iter__()
-        last = time.perf_counter()
+        last = clock()
         while True:
-            t0 = time.perf_counter()
+            t0 = clock()
             try:
                 batch = next(iterator)
             except StopIteration:
                 return
-            now = time.perf_counter()
-            if self.stats.batches == 0:
-                self.stats.first_batch_s = now - t0
+            now = clock()
+            if stats.batches == 0:
+                stats.first_batch_s = now - t0
             else:
-                self.stats.wait_s += now - t0
-                self.stats.total_s += now - last
-                self.stats.max_wait_s = max(self.stats.max_wait_s, now - t0)
-            self.stats.batches += 1
-            self.stats.tokens += int(batch["tokens"].numel())
+                wait = now - t0
+                stats.wait_s += wait
+                stats.total_s += now - last
+                if wait > stats.max_wait_s:
+                    stats.max_wait_s = wait
+            stats.batches += 1
+            stats.tokens += batch["tokens"].numel()
             last = now
             self.batches += 1
-            if self.stats.batches % self.log_every == 0:
+            if stats.batches % self.log_every == 0:
                 self.log_stats()
             yield batch
 

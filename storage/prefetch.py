@@ -17,9 +17,12 @@ class Prefetcher:
     (and checks them: local shards are verified there too, off the reader's path).
 
     ``ahead(names)`` replaces the queue with the shards the reader will need next (in
-    order, at most ``depth``); the thread fetches them while the reader works on the
-    current ones. Errors are kept in ``errors``; the reader meets them again itself when it
-    reaches that shard (``ShardCache.local_path``). ``close()`` stops it.
+    order, at most ``depth``); the thread fetches and checks them while the reader works on
+    the current ones (the loader calls it when it enters a group, with the next group's
+    shards). A shard the reader asks for while this thread works on it is waited for, not
+    fetched twice (``CacheStats.waited``). Errors are kept in ``errors``; the reader meets
+    them again itself when it reaches that shard (``ShardCache.local_path``). ``close()``
+    stops it.
     """
 
     def __init__(self, cache: "ShardCache", index_url: str, depth: int = 4) -> None:
