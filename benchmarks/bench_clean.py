@@ -5,7 +5,7 @@
 Documents: ~3 KB chunks of the books in ../shared/data/text plus ~3 KB documents made
 of the Leipzig web sentences of 20 languages (../shared/data/langid). Ours: the whole
 clean annotation and selection (PII redaction, fastText language ID, all Gopher / C4 /
-FineWeb signals and rules, the autoencoder anomaly score, the fastText quality
+FineWeb signals and rules, the anomaly detector (language model, two autoencoders), the fastText quality
 classifier), in batches of 256 as the DoFn runs them; also the real stage graph
 (Parquet in -> Clean -> Parquet out) on the documents x4 through Beam (FnApiRunner, one
 worker), whole and minus the fixed start-up measured on 50 documents. Peer: datatrove's GopherRepetitionFilter ->
@@ -26,11 +26,11 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.anomalies import clean_chunks
-from models.anomaly import train as train_anomaly
+from benchmarks.anomalies import sized_documents
+from models.anomaly import DetectorParams, train_detector
 from models.fasttext_models import train_classifier
 from transforms.clean.clean import AnomalyConfig, CleanConfig, LangIdConfig, Models, QualityConfig, annotate, select
-from transforms.clean.features import FEATURE_NAMES, feature_matrix
+from transforms.clean.features import FEATURE_NAMES, FEATURE_SET, feature_matrix
 from transforms.clean.signals import compute_signals
 from transforms.doc import Doc
 
@@ -39,26 +39,25 @@ DATA = ROOT.parent / "shared" / "data"
 
 
 def documents(size: int = 3000) -> list[str]:
-    docs = clean_chunks(DATA / "text", size)
-    for path in sorted((DATA / "langid" / "lingua_sentences").glob("*.txt")):
-        current = ""
-        for line in path.read_text(encoding="utf-8").splitlines():
-            current += line.strip() + " "
-            if len(current) >= size:
-                docs.append(current.strip())
-                current = ""
-    return docs
+    return sized_documents(DATA, size)
 
 
 def build_models(texts: list[str], tmp: str) -> CleanConfig:
-    anomaly_path = os.path.join(tmp, "anomaly.pt")
+    """The production-size detector (its speed does not depend on training), trained for
+    200 language-model steps on the benchmark documents themselves."""
+    from models.fasttext_models import LanguageIdentifier
+    from models.textlm import LMParams
+
+    anomaly_dir = os.path.join(tmp, "anomaly")
     quality_path = os.path.join(tmp, "quality.bin")
-    train_anomaly(feature_matrix([compute_signals(t) for t in texts]), FEATURE_NAMES,
-                  contamination=0.05).save(anomaly_path)
+    langs = [lang for lang, _ in LanguageIdentifier.load(str(DATA / "models" / "lid.176.ftz")).predict(texts)]
+    x = feature_matrix([compute_signals(t) for t in texts])
+    train_detector(texts, langs, x, texts, langs, x, FEATURE_NAMES, FEATURE_SET,
+                   DetectorParams(lm=LMParams(steps=200))).save(anomaly_dir)
     half = len(texts) // 2
     train_classifier(texts[:half], texts[half:], quality_path)
     return CleanConfig(langid=LangIdConfig(model=str(DATA / "models" / "lid.176.ftz"), languages=()),
-                       anomaly=AnomalyConfig(model=anomaly_path),
+                       anomaly=AnomalyConfig(model=anomaly_dir),
                        quality=QualityConfig(model=quality_path, threshold=0.0))
 
 

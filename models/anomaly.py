@@ -1,216 +1,336 @@
-"""A learned, unsupervised anomaly detector: a torch autoencoder over document features.
+"""The learned anomaly detector: three unsupervised detectors, one calibrated score.
 
-Trained on a sample of the corpus's own documents, it learns what the corpus usually
-looks like; the anomaly score is the reconstruction error of a document's robustly
-standardised features. The threshold is the (1 - contamination) quantile of the scores
-on the training sample. Training trims the worst-reconstructed ``contamination`` share
-of every batch from the loss, so the anomalies inside the sample are not learned.
+* ``perplexity``: a small causal language model over sentencepiece tokens
+  (``models/textlm.py``) trained on a reference corpus; the NLL per byte of a document's
+  first N tokens, centred per language.
+* ``representation``: an autoencoder over the language model's mean hidden state,
+  trained on the reference; log reconstruction error, centred per language.
+* ``signals``: an autoencoder over the document's quality signals (an explicit,
+  versioned feature list), trained on the reference and the corpus sample's documents
+  that the rules keep (unlabelled, contamination unknown: trimmed loss); log
+  reconstruction error.
 
-The artifact is one ``torch.save`` file holding only tensors and plain metadata (loaded
-with ``weights_only=True``): version, feature names, scaling, threshold, contamination,
-sample size and the sha256 of the training sample.
+Per-language centring (CCNet keeps one model and one set of perplexity cut-offs per
+language): a share of the reference (``holdout_fraction``, never trained on) gives each
+language's median, shrunk toward the median of all languages by ``language_prior``
+documents, and the spread. The combination: each detector's score is standardised by the
+median and interquartile range of its scores on the corpus sample's documents that the
+rules keep (the detector decides only on those: the clean stage applies it after the
+rules), and the combined score is their weighted mean; the threshold is the
+``1 - flag_rate`` quantile of the combined score on those documents. All of it is written
+in the artifact.
 
-    python -m models.anomaly train --config configs/X.yaml [--sample 20000] [--out PATH]
+Artifacts are versioned like the labeller's (``models/labeller.py``)::
+
+    <model dir>/<version>/tokenizer.model   sentencepiece
+    <model dir>/<version>/lm.pt             language-model state dict (RunInference loads it)
+    <model dir>/<version>/autoencoders.pt   the two autoencoders (tensors and plain values)
+    <model dir>/<version>/meta.json         calibration, threshold, feature list, sample hashes
+    <model dir>/CURRENT                     the version the pipeline uses (written last)
+
+Everything is read with ``torch.load(weights_only=True)`` or as JSON.
 """
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import hashlib
+import json
 import logging
 import os
-import sys
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Optional, Sequence
 
 import numpy as np
 import torch
-from torch import nn
 
-from models.files import ModelError, local_copy
+from models.autoencoder import Autoencoder, AutoencoderParams, train_autoencoder
+from models.files import ModelError, local_copy, sha256_file
+from models.textlm import LMParams, TextLM, lm_from_state, train_lm
 
 _LOGGER = logging.getLogger(__name__)
 
-ARTIFACT_KIND = "tokenfactory.anomaly.autoencoder"
-ARTIFACT_VERSION = 1
-_CLIP = 8.0
+ARTIFACT_KIND = "tokenfactory.anomaly.detector"
+ARTIFACT_VERSION = 2
+CURRENT = "CURRENT"
+DETECTORS: tuple[str, ...] = ("perplexity", "representation", "signals")
+_FILES = ("tokenizer.model", "lm.pt", "autoencoders.pt", "meta.json")
+_EPS = 1e-9
 
 
-def _network(n_features: int, hidden: Sequence[int]) -> nn.Module:
-    sizes = [n_features, *hidden]
-    layers: list[nn.Module] = []
-    for a, b in zip(sizes, sizes[1:]):
-        layers += [nn.Linear(a, b), nn.Tanh()]
-    rev = sizes[::-1]
-    for i, (a, b) in enumerate(zip(rev, rev[1:])):
-        layers.append(nn.Linear(a, b))
-        if i < len(rev) - 2:
-            layers.append(nn.Tanh())
-    return nn.Sequential(*layers)
+@dataclass(frozen=True)
+class DetectorParams:
+    """What ``train_detector`` builds and how it calibrates."""
+
+    lm: LMParams = LMParams()
+    signals: AutoencoderParams = AutoencoderParams()
+    representation: AutoencoderParams = AutoencoderParams(hidden=(32, 8), steps=600)
+    flag_rate: float = 0.05  # the share of the corpus sample above the threshold
+    holdout_fraction: float = 0.15  # reference documents kept for the per-language centres
+    language_prior: float = 10.0  # documents' worth of shrinkage toward all languages
+    weights: tuple[float, ...] = (1.0, 1.0, 1.0)  # per detector, DETECTORS order
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.flag_rate < 0.5:
+            raise ValueError(f"flag_rate must be in (0, 0.5), got {self.flag_rate}")
+        if not 0.0 < self.holdout_fraction < 0.5:
+            raise ValueError(f"holdout_fraction must be in (0, 0.5), got {self.holdout_fraction}")
+        if self.language_prior < 0:
+            raise ValueError(f"language_prior must be >= 0, got {self.language_prior}")
+        if len(self.weights) != len(DETECTORS) or min(self.weights) < 0 or sum(self.weights) <= 0:
+            raise ValueError(f"weights must be {len(DETECTORS)} non-negative numbers, got {self.weights}")
 
 
-def sample_hash(x: np.ndarray) -> str:
-    return hashlib.sha256(np.ascontiguousarray(x, dtype=np.float32).tobytes()).hexdigest()
+@dataclass(frozen=True)
+class LanguageCentres:
+    """A per-language median (shrunk toward the median of all) and one spread."""
+
+    centres: dict[str, float]
+    default: float
+    spread: float
+
+    @classmethod
+    def fit(cls, raw: np.ndarray, langs: Sequence[str], prior: float) -> "LanguageCentres":
+        default = float(np.median(raw))
+        centres = {}
+        for lang in sorted(set(langs)):
+            values = raw[np.asarray(langs) == lang]
+            centres[lang] = float((len(values) * np.median(values) + prior * default) / (len(values) + prior))
+        residual = raw - np.array([centres[lang] for lang in langs])
+        q75, q25 = np.percentile(residual, [75, 25])
+        return cls(centres=centres, default=default, spread=float(max(q75 - q25, _EPS)))
+
+    def apply(self, raw: np.ndarray, langs: Sequence[str]) -> np.ndarray:
+        return (raw - np.array([self.centres.get(lang, self.default) for lang in langs])) / self.spread
+
+
+@dataclass(frozen=True)
+class Scores:
+    """Per document: the combined score, each detector's standardised score, perplexity."""
+
+    combined: np.ndarray
+    detectors: np.ndarray  # [n, len(DETECTORS)]
+    perplexity: np.ndarray  # exp(NLL per token) of the scored tokens, CCNet's figure
 
 
 @dataclass
-class AnomalyModel:
-    net: nn.Module
-    center: np.ndarray
+class AnomalyDetector:
+    """A trained detector: models, calibration and threshold (see the module docstring)."""
+
+    lm: TextLM
+    representation: Autoencoder
+    signals: Autoencoder
+    languages: dict[str, LanguageCentres]  # "perplexity", "representation"
+    location: np.ndarray  # per detector, on the corpus sample
     scale: np.ndarray
+    weights: np.ndarray
     threshold: float
-    feature_names: tuple[str, ...]
-    hidden: tuple[int, ...]
+    detector_thresholds: np.ndarray
+    feature_set: str
+    version: str = ""
+    path: str = ""  # the version directory it was loaded from or saved to
     metadata: dict[str, Any] = field(default_factory=dict)
 
-    def _standardise(self, x: np.ndarray) -> torch.Tensor:
-        z = (np.asarray(x, dtype=np.float32) - self.center) / self.scale
-        return torch.from_numpy(np.clip(np.nan_to_num(z), -_CLIP, _CLIP).astype(np.float32))
+    @property
+    def feature_names(self) -> tuple[str, ...]:
+        return self.signals.feature_names
 
-    def score(self, x: np.ndarray) -> np.ndarray:
-        """Reconstruction error per row (higher = more anomalous)."""
-        if len(x) == 0:
-            return np.zeros(0)
-        z = self._standardise(x)
-        with torch.no_grad():
-            return ((self.net(z) - z) ** 2).mean(dim=1).double().numpy()
+    def raw(self, lm_out: np.ndarray, features: np.ndarray, langs: Sequence[str]) -> np.ndarray:
+        """[n, 3] detector scores before the corpus standardisation."""
+        hidden = lm_out[:, 2:]
+        return np.stack([
+            self.languages["perplexity"].apply(lm_out[:, 0].astype(np.float64), langs),
+            self.languages["representation"].apply(np.log(self.representation.score(hidden) + _EPS), langs),
+            np.log(self.signals.score(features) + _EPS),
+        ], axis=1)
 
-    def save(self, path: str) -> None:
-        payload = {
-            "kind": ARTIFACT_KIND, "version": ARTIFACT_VERSION,
-            "state_dict": self.net.state_dict(),
-            "center": torch.from_numpy(self.center), "scale": torch.from_numpy(self.scale),
-            "threshold": float(self.threshold), "feature_names": list(self.feature_names),
-            "hidden": list(self.hidden), "metadata": self.metadata,
+    def score_lm_output(self, lm_out: np.ndarray, features: np.ndarray, langs: Sequence[str]) -> Scores:
+        """Scores from the language model's output (``ConvLM.forward`` rows; the GPU path
+        computes them with RunInference), the signal features and the languages."""
+        if len(lm_out) == 0:
+            return Scores(np.zeros(0), np.zeros((0, len(DETECTORS))), np.zeros(0))
+        z = (self.raw(lm_out, features, langs) - self.location) / self.scale
+        combined = z @ self.weights / self.weights.sum()
+        return Scores(combined=combined, detectors=z, perplexity=np.exp(lm_out[:, 1].astype(np.float64)))
+
+    def score(self, texts: Sequence[str], features: np.ndarray, langs: Sequence[str]) -> Scores:
+        return self.score_lm_output(self.lm.score(texts), features, langs)
+
+    def save(self, model_dir: str) -> str:
+        """Writes ``<model_dir>/<version>/`` (meta.json last), then ``CURRENT``."""
+        base = os.path.join(model_dir, self.version)
+        os.makedirs(base, exist_ok=True)
+        _write(os.path.join(base, "tokenizer.model"), lambda p: open(p, "wb").write(self.lm.tokenizer_proto))
+        _write(os.path.join(base, "lm.pt"), lambda p: torch.save(self.lm.net.state_dict(), p))
+        _write(os.path.join(base, "autoencoders.pt"), lambda p: torch.save(
+            {"signals": self.signals.state(), "representation": self.representation.state()}, p))
+        meta = self._meta()
+        meta["sha256"] = {name: sha256_file(os.path.join(base, name)) for name in _FILES[:3]}
+        _write(os.path.join(base, "meta.json"), lambda p: open(p, "w", encoding="utf-8").write(
+            json.dumps(meta, indent=2)))
+        _write(os.path.join(model_dir, CURRENT), lambda p: open(p, "w", encoding="utf-8").write(self.version + "\n"))
+        self.path = base
+        return base
+
+    def _meta(self) -> dict[str, Any]:
+        return {
+            "kind": ARTIFACT_KIND, "artifact_version": ARTIFACT_VERSION, "version": self.version,
+            "detectors": list(DETECTORS), "feature_set": self.feature_set,
+            "feature_names": list(self.feature_names), "lm": self.lm.meta(),
+            "languages": {k: dataclasses.asdict(v) for k, v in self.languages.items()},
+            "location": self.location.tolist(), "scale": self.scale.tolist(),
+            "weights": self.weights.tolist(), "threshold": self.threshold,
+            "detector_thresholds": self.detector_thresholds.tolist(),
+            "combination": "weighted mean of the detectors' scores, each standardised by its "
+                           "median and IQR on the corpus sample",
+            **self.metadata,
         }
-        os.makedirs(os.path.dirname(os.path.abspath(path)) or ".", exist_ok=True)
-        tmp = path + ".tmp"
-        torch.save(payload, tmp)
-        os.replace(tmp, path)
 
     @classmethod
-    def load(cls, path_or_url: str, feature_names: Optional[Sequence[str]] = None) -> "AnomalyModel":
-        path = local_copy(path_or_url)
-        try:
-            payload = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as exc:
-            raise ModelError(f"not an anomaly model artifact: {path_or_url}: {exc}") from exc
-        if not isinstance(payload, dict) or payload.get("kind") != ARTIFACT_KIND:
-            raise ModelError(f"{path_or_url}: not a {ARTIFACT_KIND} artifact")
-        if payload.get("version") != ARTIFACT_VERSION:
-            raise ModelError(f"{path_or_url}: artifact version {payload.get('version')}, "
-                             f"this code reads {ARTIFACT_VERSION}")
-        names = tuple(payload["feature_names"])
-        if feature_names is not None and tuple(feature_names) != names:
-            raise ModelError(f"{path_or_url}: trained on features {names[:3]}..., "
-                             f"the pipeline computes {tuple(feature_names)[:3]}...: retrain it")
-        net = _network(len(names), payload["hidden"])
-        net.load_state_dict(payload["state_dict"])
-        net.eval()
-        return cls(net=net, center=payload["center"].numpy(), scale=payload["scale"].numpy(),
-                   threshold=float(payload["threshold"]), feature_names=names,
-                   hidden=tuple(payload["hidden"]), metadata=dict(payload["metadata"]))
+    def load(cls, model_dir: str, version: str = "", feature_set: Optional[str] = None,
+             feature_names: Optional[Sequence[str]] = None) -> "AnomalyDetector":
+        """The detector of ``model_dir`` at ``version`` (default ``CURRENT``); ``feature_set``
+        and ``feature_names`` (the pipeline's) must match what it was trained on."""
+        version = version or read_current(model_dir)
+        base = f"{model_dir.rstrip('/')}/{version}"
+        meta = _read_meta(base)
+        if feature_set is not None and meta.get("feature_set") != feature_set:
+            raise ModelError(f"{base}: trained on feature set {meta.get('feature_set')!r}, the pipeline "
+                             f"computes {feature_set!r}: retrain it")
+        if feature_names is not None and tuple(meta.get("feature_names", ())) != tuple(feature_names):
+            raise ModelError(f"{base}: its feature list differs from the pipeline's {feature_set!r}: retrain it")
+        lm_params = LMParams(**{**meta["lm"], "dilations": tuple(meta["lm"]["dilations"])})
+        with open(local_copy(f"{base}/tokenizer.model"), "rb") as fh:
+            proto = fh.read()
+        lm = lm_from_state(proto, _torch_load(f"{base}/lm.pt"), lm_params, base)
+        states = _torch_load(f"{base}/autoencoders.pt")
+        languages = {k: LanguageCentres(**v) for k, v in meta["languages"].items()}
+        return cls(lm=lm, representation=Autoencoder.from_state(states["representation"], base),
+                   signals=Autoencoder.from_state(states["signals"], base), languages=languages,
+                   location=np.array(meta["location"]), scale=np.array(meta["scale"]),
+                   weights=np.array(meta["weights"]), threshold=float(meta["threshold"]),
+                   detector_thresholds=np.array(meta["detector_thresholds"]),
+                   feature_set=str(meta["feature_set"]), version=str(meta["version"]), path=base,
+                   metadata={k: meta[k] for k in ("training", "trained_at") if k in meta})
 
 
-def train(x: np.ndarray, feature_names: Sequence[str], contamination: float = 0.05,
-          hidden: Sequence[int] = (16, 4), steps: int = 300, batch_size: int = 256,
-          lr: float = 3e-3, seed: int = 0) -> AnomalyModel:
-    """Trains the autoencoder on ``x`` (rows = documents) and calibrates the threshold.
+def _write(path: str, write: Any) -> None:
+    write(path + ".tmp")
+    os.replace(path + ".tmp", path)
 
-    A fixed number of optimiser ``steps`` (not epochs): longer training lets the network
-    learn to reconstruct the anomalies in the sample too (AUROC fell from 0.98 to 0.8-0.9
-    at 2.5x the steps on the planted-anomaly set, docs/BENCHMARKS.md).
-    """
-    if not 0.0 < contamination < 0.5:
-        raise ValueError(f"contamination must be in (0, 0.5), got {contamination}")
-    x = np.asarray(x, dtype=np.float32)
-    if x.ndim != 2 or x.shape[1] != len(feature_names) or len(x) < 10:
-        raise ValueError(f"need at least 10 rows of {len(feature_names)} features, got {x.shape}")
-    torch.manual_seed(seed)
-    center = np.median(x, axis=0)
-    q75, q25 = np.percentile(x, [75, 25], axis=0)
-    spread = np.maximum(q75 - q25, x.std(axis=0))
-    scale = np.where(spread > 1e-6, spread, 1.0).astype(np.float32)
-    model = AnomalyModel(net=_network(x.shape[1], hidden), center=center.astype(np.float32),
-                         scale=scale, threshold=0.0, feature_names=tuple(feature_names),
-                         hidden=tuple(hidden))
-    z = model._standardise(x)
-    optimiser = torch.optim.Adam(model.net.parameters(), lr=lr)
-    generator = torch.Generator().manual_seed(seed)
-    keep = max(1, int(round(batch_size * (1.0 - contamination))))
-    model.net.train()
-    done = 0
-    while done < steps:
-        order = torch.randperm(len(z), generator=generator)
-        for start in range(0, len(z), batch_size):
-            if done >= steps:
-                break
-            done += 1
-            batch = z[order[start:start + batch_size]]
-            errors = ((model.net(batch) - batch) ** 2).mean(dim=1)
-            k = min(len(errors), max(1, int(round(len(errors) * keep / batch_size))))
-            loss = torch.topk(errors, k, largest=False).values.mean()  # trimmed loss
-            optimiser.zero_grad()
-            loss.backward()
-            optimiser.step()
-    model.net.eval()
-    scores = model.score(x)
-    model.threshold = float(np.quantile(scores, 1.0 - contamination))
-    model.metadata = {
-        "trained_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "training_rows": int(len(x)), "training_sample_sha256": sample_hash(x),
-        "contamination": contamination, "steps": steps, "seed": seed, "lr": lr,
-        "hidden": list(hidden), "feature_count": int(x.shape[1]),
+
+def _torch_load(url: str) -> Any:
+    try:
+        return torch.load(local_copy(url), map_location="cpu", weights_only=True)
+    except ModelError:
+        raise
+    except Exception as exc:  # torch raises RuntimeError, UnpicklingError, EOFError...
+        raise ModelError(f"{url}: unreadable: {exc}") from exc
+
+
+def read_current(model_dir: str) -> str:
+    """The version ``CURRENT`` names."""
+    if os.path.isfile(model_dir):
+        raise ModelError(f"{model_dir}: a single file (the version-1 signals autoencoder); the detector "
+                         f"is now a directory of versions: retrain it with `python -m pipelines.anomaly train`")
+    try:
+        with open(local_copy(f"{model_dir.rstrip('/')}/{CURRENT}"), encoding="utf-8") as fh:
+            version = fh.read().strip()
+    except (OSError, ModelError) as exc:
+        raise ModelError(f"{model_dir}: no trained anomaly detector (model file not found: {CURRENT}): "
+                         f"run `python -m pipelines.anomaly train`") from exc
+    if not version:
+        raise ModelError(f"{model_dir}/{CURRENT} is empty")
+    return version
+
+
+def _read_meta(base: str) -> dict[str, Any]:
+    try:
+        with open(local_copy(f"{base}/meta.json"), encoding="utf-8") as fh:
+            meta = json.load(fh)
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"{base}/meta.json: unreadable anomaly detector metadata: {exc}") from exc
+    if not isinstance(meta, dict) or meta.get("kind") != ARTIFACT_KIND:
+        raise ModelError(f"{base}: not a {ARTIFACT_KIND} artifact")
+    if meta.get("artifact_version") != ARTIFACT_VERSION:
+        raise ModelError(f"{base}: artifact version {meta.get('artifact_version')}, this code reads "
+                         f"{ARTIFACT_VERSION}: retrain it")
+    return meta
+
+
+def texts_sha256(texts: Sequence[str]) -> str:
+    digest = hashlib.sha256()
+    for text in texts:
+        digest.update(text.encode("utf-8", "replace"))
+        digest.update(b"\x00")
+    return digest.hexdigest()
+
+
+def _holdout(texts: Sequence[str], fraction: float) -> np.ndarray:
+    """A hash-chosen ``fraction`` of the texts (at least 10)."""
+    keys = np.array([int.from_bytes(hashlib.sha1(t.encode("utf-8", "replace")).digest()[:8], "big")
+                     for t in texts], dtype=np.float64) / 2.0**64
+    held = keys < fraction
+    if held.sum() < 10:
+        held = keys <= np.sort(keys)[min(9, len(keys) - 1)]
+    return held
+
+
+def train_detector(reference: Sequence[str], reference_langs: Sequence[str], reference_features: np.ndarray,
+                   corpus: Sequence[str], corpus_langs: Sequence[str], corpus_features: np.ndarray,
+                   feature_names: Sequence[str], feature_set: str,
+                   params: DetectorParams = DetectorParams(), seed: int = 0,
+                   corpus_kept: Optional[np.ndarray] = None) -> AnomalyDetector:
+    """Trains the three detectors and calibrates them (module docstring). ``*_langs`` are
+    the language-ID labels of the texts, ``*_features`` their signal features,
+    ``corpus_kept`` marks the corpus documents the rules keep (default: all)."""
+    kept = np.ones(len(corpus), dtype=bool) if corpus_kept is None else np.asarray(corpus_kept, dtype=bool)
+    if len(reference) < 20 or kept.sum() < 10:
+        raise ValueError(f"need at least 20 reference documents and 10 corpus documents that the "
+                         f"rules keep, got {len(reference)} and {int(kept.sum())}")
+    if len(reference_langs) != len(reference) or len(corpus_langs) != len(corpus) or len(kept) != len(corpus):
+        raise ValueError("one language and one kept flag per text are needed")
+    held = _holdout(reference, params.holdout_fraction)
+    lm = train_lm([t for t, h in zip(reference, held) if not h], params.lm, seed)
+    ref_out = lm.score(reference)
+    hidden_names = [f"lm_hidden_{j}" for j in range(ref_out.shape[1] - 2)]
+    representation = train_autoencoder(ref_out[~held, 2:], hidden_names, params.representation, seed)
+    signals = train_autoencoder(np.concatenate([reference_features, corpus_features[kept]]), feature_names,
+                                params.signals, seed)
+    held_langs = [lang for lang, h in zip(reference_langs, held) if h]
+    languages = {
+        "perplexity": LanguageCentres.fit(ref_out[held, 0].astype(np.float64), held_langs, params.language_prior),
+        "representation": LanguageCentres.fit(np.log(representation.score(ref_out[held, 2:]) + _EPS),
+                                              held_langs, params.language_prior),
     }
-    return model
-
-
-def _train_command(args: argparse.Namespace) -> int:
-    from pipelines.config import load_config_or_report
-    from pipelines.corpus import sample_docs
-    from transforms.clean.features import FEATURE_NAMES, feature_matrix
-    from transforms.clean.pii import redact
-    from transforms.clean.signals import compute_signals
-
-    config = load_config_or_report(args.config)
-    if config is None:
-        return 2
-    clean = config.clean
-    out = args.out or (clean.anomaly.model if clean else "")
-    if not out:
-        sys.stderr.write("no output path: give --out or clean.anomaly.model in the config\n")
-        return 2
-    contamination = args.contamination or (clean.anomaly.contamination if clean else 0.05)
-    texts = [redact(doc.text)[0] for doc in sample_docs(config, args.stage, args.sample, args.seed)]
-    if len(texts) < 10:
-        sys.stderr.write(f"only {len(texts)} documents in docs/{args.stage}: run that stage first\n")
-        return 2
-    x = feature_matrix([compute_signals(t) for t in texts])
-    model = train(x, FEATURE_NAMES, contamination=contamination, seed=args.seed)
-    model.metadata["source"] = f"{config.output}/docs/{args.stage}"
-    model.save(out)
-    sys.stdout.write(f"trained on {len(texts)} documents of docs/{args.stage}; threshold "
-                     f"{model.threshold:.4f} (contamination {contamination}); saved {out}\n")
-    return 0
-
-
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m models.anomaly", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True)
-    train_p = sub.add_parser("train", help="train on a sample of a stage's documents")
-    train_p.add_argument("--config", required=True)
-    train_p.add_argument("--stage", default="extract", help="docs/<stage>/ to sample (default extract)")
-    train_p.add_argument("--sample", type=int, default=20000)
-    train_p.add_argument("--contamination", type=float, default=None)
-    train_p.add_argument("--seed", type=int, default=0)
-    train_p.add_argument("--out", default=None, help="artifact path (default: clean.anomaly.model)")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, force=True)
-    logging.getLogger("apache_beam").setLevel(logging.WARNING)
-    return _train_command(args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    n = len(DETECTORS)
+    detector = AnomalyDetector(lm=lm, representation=representation, signals=signals, languages=languages,
+                               location=np.zeros(n), scale=np.ones(n), weights=np.array(params.weights, dtype=np.float64),
+                               threshold=0.0, detector_thresholds=np.zeros(n), feature_set=feature_set)
+    sample_hash = texts_sha256(corpus)
+    corpus = [t for t, k in zip(corpus, kept) if k]
+    raw = detector.raw(lm.score(corpus), corpus_features[kept], [g for g, k in zip(corpus_langs, kept) if k])
+    detector.location = np.median(raw, axis=0)
+    q75, q25 = np.percentile(raw, [75, 25], axis=0)
+    detector.scale = np.maximum(q75 - q25, _EPS)
+    z = (raw - detector.location) / detector.scale
+    combined = z @ detector.weights / detector.weights.sum()
+    detector.threshold = float(np.quantile(combined, 1.0 - params.flag_rate))
+    detector.detector_thresholds = np.quantile(z, 1.0 - params.flag_rate, axis=0)
+    corpus_hash = texts_sha256(corpus)  # the documents calibrated on (the rules keep them)
+    detector.version = f"v{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S%f')[:-3]}-{corpus_hash[:8]}"
+    detector.metadata = {
+        "trained_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "training": {
+            "corpus_docs": len(kept), "corpus_docs_rules_keep": len(corpus),
+            "training_sample_sha256": corpus_hash, "corpus_sample_sha256": sample_hash,
+            "reference_docs": len(reference), "reference_heldout_docs": int(held.sum()),
+            "reference_sha256": texts_sha256(reference), "flag_rate": params.flag_rate,
+            "corpus_flagged": float((combined > detector.threshold).mean()),
+            "holdout_fraction": params.holdout_fraction, "language_prior": params.language_prior,
+            "seed": seed, "signals_autoencoder": dataclasses.asdict(params.signals),
+            "representation_autoencoder": dataclasses.asdict(params.representation),
+        },
+    }
+    return detector

@@ -274,10 +274,9 @@ def load_config(path: str, output: Optional[str] = None,
 def check_model_files(config: JobConfig) -> None:
     """Loads every configured model once: a missing or corrupt file fails here, naming
     the key, before any pipeline starts."""
-    from models.anomaly import AnomalyModel
     from models.fasttext_models import LanguageIdentifier, TextClassifier
     from models.files import ModelError
-    from transforms.clean.features import FEATURE_NAMES
+    from transforms.clean.detect import load_detector
 
     tokenize = config.tokenize
     if tokenize is not None and tokenize.model and "tokenize" in config.active_stages():
@@ -305,7 +304,7 @@ def check_model_files(config: JobConfig) -> None:
     loaders = [("clean.langid.model", clean.langid.model, LanguageIdentifier.load)]
     if clean.anomaly.model:
         loaders.append(("clean.anomaly.model", clean.anomaly.model,
-                        lambda p: AnomalyModel.load(p, FEATURE_NAMES)))
+                        lambda p: load_detector(clean.anomaly)))
     if clean.quality.model:
         loaders.append(("clean.quality.model", clean.quality.model,
                         lambda p: TextClassifier.load(p, clean.quality.positive_label)))

@@ -2,7 +2,7 @@
 
 Starts ``python -m pydoc -n 127.0.0.1 -p PORT`` (stdin kept open: pydoc's server
 quits on input), waits until it answers, runs ``configs/demo.yaml`` with ``${DEMO_SITE}``
-replaced by the server's URL (crawl and extract, then ``models.anomaly train`` on the
+replaced by the server's URL (crawl and extract, then ``pipelines.anomaly train`` on the
 extracted pages and ``models.labeller train`` on a seed set, then every stage again:
 crawl and extract resume from their manifests, the rest runs), prints the count table,
 the review queue and the path of the run report (``report/report.html``), and stops
@@ -126,15 +126,16 @@ class PydocSite:
 
 def _run_demo(config_path: str, output: Optional[str], beam_args: list[str]) -> int:
     """crawl + extract, train the anomaly detector on the extracted pages, then clean."""
-    from models.anomaly import main as anomaly_main
+    from pipelines.anomaly import main as anomaly_main
 
     base = ["--config", config_path] + (["--output", output] if output else [])
     code = run_main(base + ["--stages", "crawl,extract", "--no-report"] + beam_args)
     if code != 0:
         return code
     sys.stdout.write("\ntraining the anomaly detector on the extracted pages "
-                     "(python -m models.anomaly train)\n")
-    code = anomaly_main(["train", "--config", config_path, "--stage", "extract"])
+                     "(python -m pipelines.anomaly train)\n")
+    # 300 language-model steps, not 1,500: the demo's few hundred pages need no more
+    code = anomaly_main(["train", "--config", config_path, "--stage", "extract", "--steps", "300"])
     if code != 0:
         return code
     from models.labeller import main as labeller_main

@@ -5,7 +5,9 @@ the per-stage funnel from ``manifests/*.json`` (STAGES order, then any other sta
 there) with drop reasons and throughput; the language, quality-signal, language-score
 and anomaly-score distributions of the clean stage's kept and rejected documents (only
 the ``lang``, ``lang_score``, ``signals`` and ``anomaly_score`` columns are read, batch
-by batch, into fixed bins: memory does not grow with the corpus); the near-duplicate
+by batch, into fixed bins: memory does not grow with the corpus); each anomaly
+detector's scores, the top-scoring documents and those only the detector caught
+(``pipelines/report_anomaly.py``); the near-duplicate
 component sizes of ``dedup_minhash``; the tokens per shard of the newest ``tokens/``
 version. Thresholds come from the job config (without one, plots have none).
 
@@ -43,7 +45,7 @@ MAX_LANGUAGES = 25  # the rest is summed as "other"
 
 _FRAC = np.linspace(0.0, 1.0, 51)
 _COUNT = np.concatenate([[0.0], np.logspace(0, 6, 61)])  # [0,1) then 10 bins per decade
-_SCORE = np.concatenate([[0.0], np.logspace(-4, 4, 81)])
+_SCORE = np.linspace(-5.0, 20.0, 51)  # the combined anomaly score (0: the corpus sample's median)
 # signal -> (bin edges, log x axis, [(rule family, rule attribute, "min"|"max")])
 SIGNAL_SPECS: dict[str, tuple[np.ndarray, bool, list[tuple[str, str, str]]]] = {
     "words": (_COUNT, True, [("gopher_quality", "min_words", "min"), ("gopher_quality", "max_words", "max")]),
@@ -122,7 +124,7 @@ def config_thresholds(config: Any) -> dict[str, Any]:
     """
     clean = getattr(config, "clean", None)
     if clean is None:
-        return {"signals": {}, "lang_score": None, "anomaly": None}
+        return {"signals": {}, "lang_score": None, "anomaly": None, "anomaly_detectors": {}}
     signals: dict[str, list[dict[str, Any]]] = {}
     for name, (_, _, rules) in SIGNAL_SPECS.items():
         for family, attr, kind in rules:
@@ -131,23 +133,12 @@ def config_thresholds(config: Any) -> dict[str, Any]:
                 signals.setdefault(name, []).append({
                     "value": float(value), "kind": kind, "rule": f"{family}.{attr}",
                     "active": family in clean.rules.families})
+    from pipelines.report_anomaly import detector_thresholds
+
+    anomaly = detector_thresholds(clean)
     return {"signals": signals, "lang_score": float(clean.langid.threshold),
-            "anomaly": _anomaly_threshold(clean), "rules_languages": list(clean.rules_languages),
-            "languages": list(clean.langid.languages)}
-
-
-def _anomaly_threshold(clean: Any) -> Optional[float]:
-    if clean.anomaly.threshold is not None:
-        return float(clean.anomaly.threshold)
-    if not clean.anomaly.model:
-        return None
-    try:
-        from models.anomaly import AnomalyModel
-
-        return float(AnomalyModel.load(clean.anomaly.model).threshold)
-    except Exception as exc:  # a missing or retrained artifact must not stop the report
-        _LOGGER.warning("report: no anomaly threshold from %s: %s", clean.anomaly.model, exc)
-        return None
+            "anomaly": anomaly["combined"], "anomaly_detectors": anomaly,
+            "rules_languages": list(clean.rules_languages), "languages": list(clean.langid.languages)}
 
 
 class Histogram:
@@ -217,7 +208,7 @@ def collect_clean(output: str, stage: str = "clean") -> dict[str, Any]:
     """Language counts and histograms of the clean stage's kept and rejected documents."""
     langs: dict[str, Counter[str]] = {"kept": Counter(), "rejected": Counter()}
     signals = {name: Histogram(edges, log) for name, (edges, log, _) in SIGNAL_SPECS.items()}
-    lang_score, anomaly = Histogram(_FRAC), Histogram(_SCORE, log=True)
+    lang_score, anomaly = Histogram(_FRAC), Histogram(_SCORE)
     docs = 0
     for series, kind in (("kept", "docs"), ("rejected", "rejected")):
         files = stage_files(output, kind, stage)
@@ -327,6 +318,8 @@ def collect_tokens(output: str) -> Optional[dict[str, Any]]:
 
 def build_report(output: str, config: Any = None) -> dict[str, Any]:
     """Every number of the report (what ``report.json`` holds)."""
+    from pipelines.report_anomaly import collect_anomaly
+
     stages = collect_funnel(output)
     names = [s["stage"] for s in stages]
     return {
@@ -336,6 +329,7 @@ def build_report(output: str, config: Any = None) -> dict[str, Any]:
         "stages": stages,
         "thresholds": config_thresholds(config),
         "clean": collect_clean(output) if "clean" in names else None,
+        "anomaly": collect_anomaly(output) if "clean" in names else None,
         "dedup_components": collect_components(output) if "dedup_minhash" in names else None,
         "labels": collect_labels(output, label_thresholds(config)) if "label" in names else None,
         "tokens": collect_tokens(output),

@@ -234,17 +234,6 @@ def signals_section(clean: dict[str, Any], thresholds: dict[str, Any]) -> str:
     return note + '<div class="grid">' + "".join(figures) + "</div>"
 
 
-def anomaly_section(clean: dict[str, Any], thresholds: dict[str, Any]) -> str:
-    hist = clean["anomaly_score"]
-    if not hist["n"]:
-        return "<p>No anomaly scores (no anomaly model configured).</p>"
-    marks = ([{"value": thresholds["anomaly"], "kind": "max", "rule": "anomaly.threshold",
-              "label": "anomaly threshold"}]
-             if thresholds.get("anomaly") is not None else [])
-    return histogram_plot("anomaly", "Anomaly score (autoencoder reconstruction error)",
-                          "anomaly_score", hist, marks)
-
-
 def components_section(comp: dict[str, Any]) -> str:
     sizes = comp["sizes"]
     if not sizes:
@@ -315,13 +304,15 @@ td:first-child,td:nth-child(n+6){text-align:left}.ok{color:#2a7a2a}.bad{color:#b
 
 def render_html(report: dict[str, Any]) -> str:
     """The whole page for a ``build_report`` result."""
+    from pipelines.report_anomaly import anomaly_html
+
     th, clean = report["thresholds"], report.get("clean")
     parts = [f"<h2>Funnel</h2>{funnel_section(report['stages'])}",
              f"<h2>Throughput</h2>{throughput_section(report['stages'])}"]
     if clean is not None:
         parts += [f"<h2>Languages</h2>{languages_section(clean, th)}",
                   f"<h2>Quality signals</h2>{signals_section(clean, th)}",
-                  f"<h2>Anomaly score</h2>{anomaly_section(clean, th)}"]
+                  f"<h2>Anomaly detector</h2>{anomaly_html(report.get('anomaly'), th)}"]
     if report.get("dedup_components"):
         parts.append(f"<h2>Near-duplicate components</h2>{components_section(report['dedup_components'])}")
     if report.get("labels"):

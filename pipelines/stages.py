@@ -191,8 +191,12 @@ def plan_clean(config: JobConfig) -> StagePlan:
     from models.files import local_copy, sha256_file
 
     files, upstream = upstream_docs(config, "extract")
-    models = [sha256_file(local_copy(p)) for p in (clean.langid.model, clean.anomaly.model,
-                                                   clean.quality.model) if p]
+    models = [sha256_file(local_copy(p)) for p in (clean.langid.model, clean.quality.model) if p]
+    if clean.anomaly.model:  # a directory of versions: the chosen version's metadata (file hashes inside)
+        from models.anomaly import read_current
+
+        version = clean.anomaly.version or read_current(clean.anomaly.model)
+        models.append(sha256_file(local_copy(f"{clean.anomaly.model.rstrip('/')}/{version}/meta.json")))
     stage = "clean"
 
     def build(pipeline: beam.Pipeline) -> None:

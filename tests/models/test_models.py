@@ -6,15 +6,12 @@ import numpy as np
 import pytest
 
 from benchmarks.anomalies import build
-from benchmarks.bench_anomaly import auroc
 from benchmarks.bench_langid import evaluate
-from models.anomaly import AnomalyModel, train
+from models.anomaly import AnomalyDetector
 from models.fasttext_models import LanguageIdentifier, TextClassifier, train_classifier
 from models.files import ModelError
 from tests.cleanmodels import clean_models  # noqa: F401 (fixture)
 from tests.conftest import shared
-from transforms.clean.features import FEATURE_NAMES, feature_matrix
-from transforms.clean.signals import compute_signals
 
 
 def test_language_id_accuracy_on_real_sentences():
@@ -40,8 +37,8 @@ def test_missing_and_corrupt_models(tmp_path):
     bad.write_bytes(b"\x00garbage" * 100)
     with pytest.raises(ModelError, match="not a fastText model"):
         LanguageIdentifier.load(str(bad))
-    with pytest.raises(ModelError, match="not an anomaly model"):
-        AnomalyModel.load(str(bad))
+    with pytest.raises(ModelError, match="no trained anomaly detector"):
+        AnomalyDetector.load(str(tmp_path))
     with pytest.raises(ModelError, match="label 'hq' not in model labels"):
         TextClassifier.load(str(shared("models", "lid.176.ftz")))
 
@@ -59,27 +56,3 @@ def test_quality_classifier_round_trip_and_accuracy(clean_models, tmp_path):
 def test_classifier_training_needs_both_classes(tmp_path):
     with pytest.raises(ValueError, match="positive and negative"):
         train_classifier(["a text"], [], str(tmp_path / "m.bin"))
-
-
-def test_anomaly_train_save_load_same_scores_and_beats_heuristics(tmp_path):
-    texts, kinds = build(shared("text"))
-    labels = np.array([k != "clean" for k in kinds], dtype=int)
-    x = feature_matrix([compute_signals(t) for t in texts])
-    model = train(x, FEATURE_NAMES, contamination=float(labels.mean()), seed=0)
-    path = tmp_path / "anomaly.pt"
-    model.save(str(path))
-    loaded = AnomalyModel.load(str(path), FEATURE_NAMES)
-    assert np.allclose(loaded.score(x), model.score(x))
-    assert loaded.threshold == model.threshold
-    assert loaded.metadata["training_rows"] == len(x) and len(loaded.metadata["training_sample_sha256"]) == 64
-    best_single = max(max(auroc(x[:, j], labels), 1 - auroc(x[:, j], labels)) for j in range(x.shape[1]))
-    assert auroc(model.score(x), labels) > best_single
-    with pytest.raises(ModelError, match="retrain"):
-        AnomalyModel.load(str(path), FEATURE_NAMES[:-1])
-
-
-def test_anomaly_train_validates(tmp_path):
-    with pytest.raises(ValueError, match="contamination"):
-        train(np.zeros((20, 3)), ["a", "b", "c"], contamination=0.7)
-    with pytest.raises(ValueError, match="at least 10 rows"):
-        train(np.zeros((5, 3)), ["a", "b", "c"])

@@ -118,7 +118,10 @@ def test_missing_or_corrupt_model_fails_before_the_pipeline(tmp_path):
     with pytest.raises(ConfigError, match=r"clean\.langid\.model: not a fastText model"):
         load_config(clean_config(tmp_path, str(corrupt)))
     lid = str(shared("models", "lid.176.ftz"))
-    with pytest.raises(ConfigError, match=r"clean\.anomaly\.model: model file not found"):
+    with pytest.raises(ConfigError, match=r"clean\.anomaly\.model: .*no trained anomaly detector"):
+        load_config(clean_config(tmp_path, lid, f"  anomaly:\n    model: {tmp_path}/anomaly\n"))
+    (tmp_path / "a.pt").write_bytes(b"\x00old" * 10)  # a version-1 single-file autoencoder
+    with pytest.raises(ConfigError, match=r"clean\.anomaly\.model: .*single file.*retrain"):
         load_config(clean_config(tmp_path, lid, f"  anomaly:\n    model: {tmp_path}/a.pt\n"))
     with pytest.raises(ConfigError, match=r"clean\.quality\.model: .*label 'hq'"):
         load_config(clean_config(tmp_path, lid, f"  quality:\n    model: {lid}\n"))

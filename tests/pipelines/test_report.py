@@ -19,6 +19,7 @@ from pipelines.report_html import render_html
 from pipelines.run import main as run_main
 from storage.manifest import Manifest, StageCounts, write_manifest
 from tests.browser import chromium, console_errors  # noqa: F401  (fixture)
+from tests.cleanmodels import clean_models  # noqa: F401  (fixture)
 from tests.conftest import shared
 from tests.s3server import s3_endpoint, s3_env  # noqa: F401  (fixtures)
 from transforms.doc import DOC_SCHEMA, REJECTED_SCHEMA, Doc, Rejected, Signals, doc_to_row, rejected_to_row
@@ -145,14 +146,15 @@ def test_thresholds_come_from_the_config(tmp_path):
     assert report.config_thresholds(None)["signals"] == {}
 
 
-def test_anomaly_threshold_from_the_model_artifact(tmp_path):
-    from models.anomaly import train
-    from transforms.clean.features import FEATURE_NAMES
+def test_anomaly_threshold_from_the_model_artifact(tmp_path, clean_models):
+    from models.anomaly import AnomalyDetector
 
-    model = train(np.random.default_rng(0).normal(size=(64, len(FEATURE_NAMES))), FEATURE_NAMES, steps=5)
-    model.save(str(tmp_path / "anomaly.pt"))
-    config = clean_config(tmp_path, f"  anomaly:\n    model: {tmp_path / 'anomaly.pt'}\n")
-    assert report.config_thresholds(config)["anomaly"] == pytest.approx(model.threshold)
+    detector = AnomalyDetector.load(clean_models["anomaly"])
+    config = clean_config(tmp_path, f"  anomaly:\n    model: {clean_models['anomaly']}\n")
+    thresholds = report.config_thresholds(config)
+    assert thresholds["anomaly"] == pytest.approx(detector.threshold)
+    assert [thresholds["anomaly_detectors"][d] for d in ("perplexity", "representation", "signals")] == \
+        pytest.approx(list(detector.detector_thresholds))
     broken = dataclasses.replace(config, clean=dataclasses.replace(
         config.clean, anomaly=dataclasses.replace(config.clean.anomaly, model=str(tmp_path / "gone.pt"))))
     assert report.config_thresholds(broken)["anomaly"] is None  # logged, not raised
@@ -231,15 +233,12 @@ def job_corpus(tmp_path: Path) -> Path:
 @pytest.fixture(scope="module")
 def real_job(tmp_path_factory) -> tuple[Path, str]:
     """extract → clean (lid.176 + an anomaly model trained on the corpus) → dedup → tokenize."""
-    from models.anomaly import train
-    from transforms.clean.features import FEATURE_NAMES, feature_matrix
-    from transforms.clean.signals import compute_signals
+    from tests.cleanmodels import train_small_detector
 
     tmp = tmp_path_factory.mktemp("report_job")
     corpus = job_corpus(tmp)
     texts = [json.loads(line)["text"] for line in corpus.read_text(encoding="utf-8").splitlines()]
-    train(feature_matrix([compute_signals(t) for t in texts]), FEATURE_NAMES, contamination=0.1,
-          steps=100).save(str(tmp / "anomaly.pt"))
+    train_small_detector(texts, texts, str(tmp / "anomaly"))
     config = tmp / "job.yaml"
     config.write_text(f"""
 output: {tmp / 'out'}
@@ -251,7 +250,7 @@ clean:
     model: {shared('models', 'lid.176.ftz')}
     languages: [en, de]
   anomaly:
-    model: {tmp / 'anomaly.pt'}
+    model: {tmp / 'anomaly'}
 dedup: {{}}
 tokenize:
   vocab_size: 500

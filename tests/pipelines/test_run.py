@@ -150,8 +150,8 @@ def test_smoke_other_runners(tmp_path, runner_args):
 
 
 def test_clean_stage_end_to_end_with_trained_models(tmp_path):
-    """extract -> models.anomaly train -> models.quality train -> clean, per-language routing."""
-    from models.anomaly import main as anomaly_main
+    """extract -> pipelines.anomaly train -> models.quality train -> clean, per-language routing."""
+    from pipelines.anomaly import main as anomaly_main
     from models.quality import main as quality_main
 
     warc = shared("warc")
@@ -168,8 +168,9 @@ clean:
     threshold: 0.5
     route_by_language: true
   anomaly:
-    model: {tmp_path / 'models' / 'anomaly.pt'}
+    model: {tmp_path / 'models' / 'anomaly'}
     contamination: 0.1
+    flag_rate: 0.1
   quality:
     model: {tmp_path / 'models' / 'quality.bin'}
     threshold: 0.05
@@ -177,7 +178,8 @@ beam_args: ["--runner=FnApiRunner"]
 """)
     code, table = run(["--config", str(config), "--stages", "extract"])
     assert code == 0, table
-    assert anomaly_main(["train", "--config", str(config)]) == 0
+    book = str(shared("text", "pg1342_pride_and_prejudice.txt"))
+    assert anomaly_main(["train", "--config", str(config), "--reference", book, "--steps", "100"]) == 0
     assert quality_main(["train", "--config", str(config), "--positive",
                          str(shared("text", "pg1342_pride_and_prejudice.txt"))]) == 0
     code, table = run(["--config", str(config)])
@@ -191,7 +193,7 @@ beam_args: ["--runner=FnApiRunner"]
     for lang in {d["lang"] for d in kept}:
         assert glob.glob(f"{out}/docs/clean/{lang}/part-*.parquet")
     assert all(d["signals"] and d["anomaly_score"] is not None and d["quality_score"] is not None
-               for d in kept)
+               and d["anomaly_scores"]["perplexity"] is not None for d in kept)
     rejected = read_rows(f"{out}/rejected/clean/*.parquet")
     assert all(r["reason"] and r["reason_detail"] for r in rejected)
     assert {"language", "anomaly"} & {r["reason"] for r in rejected}

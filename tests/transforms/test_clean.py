@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import apache_beam as beam
+import numpy as np
 import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from benchmarks.anomalies import clean_chunks, planted
+from benchmarks.anomalies import clean_chunks, planted, planted_new
 from tests.cleanmodels import clean_models, unwrap  # noqa: F401 (fixture)
 from tests.conftest import shared
 from transforms.clean.clean import (AnomalyConfig, Clean, CleanConfig, LangIdConfig, Models,
                                     QualityConfig, annotate, select)
+from transforms.clean.rules import QualityRules
 from transforms.doc import Doc
 
 
@@ -108,3 +110,40 @@ def test_clean_config_validates():
         QualityConfig(top_fraction=0.0)
     with pytest.raises(ValueError, match="contamination"):
         AnomalyConfig(contamination=0.9)
+
+
+def _scored_docs(book: list[str]) -> list[Doc]:
+    import random
+
+    rng = random.Random(5)
+    return ([doc(f"book{i}", book[30 + i]) for i in range(6)]
+            + [doc(f"{kind}", planted_new(kind, rng, book)) for kind in ("encoded", "placeholder", "word_salad")])
+
+
+def test_each_detector_score_is_written_and_the_combined_one_decides(clean_models, book, beam_options):
+    cfg = config(clean_models)
+    models = Models(cfg)
+    annotated, _ = annotate(_scored_docs(book), models, cfg)
+    weights = models.anomaly.weights
+    for d in annotated:
+        s = d.anomaly_scores
+        z = np.array([s.perplexity, s.representation, s.signals])
+        assert np.isfinite(z).all() and s.token_perplexity > 1.0
+        assert d.anomaly_score == pytest.approx(float(z @ weights / weights.sum()), abs=1e-6)
+    # only the detector selects here (no rules, every language): the combined score against
+    # the threshold decides, whatever a single detector says
+    scores = sorted(d.anomaly_score for d in annotated)
+    threshold = (scores[-3] + scores[-4]) / 2
+    expected = sorted(d.id for d in annotated if d.anomaly_score > threshold)
+    assert len(expected) == 3
+    for inference in ("inline", "runinference"):  # RunInference: the GPU path, on the CPU here
+        cfg2 = CleanConfig(langid=LangIdConfig(model=clean_models["lid"], languages=(), threshold=0.0),
+                           anomaly=AnomalyConfig(model=clean_models["anomaly"], threshold=threshold,
+                                                 inference=inference),
+                           rules=QualityRules(families=()), batch_size=4)
+        with TestPipeline(options=beam_options) as p:
+            out = p | beam.Create(_scored_docs(book)) | Clean(cfg2)
+            assert_that(out.rejected | beam.Map(lambda r: (r.doc.id, r.reason)),
+                        equal_to([(i, "anomaly") for i in expected]), label="rejected")
+            assert_that(out.kept | beam.Map(lambda d: d.anomaly_scores is not None),
+                        equal_to([True] * 6), label="kept scored")

@@ -6,7 +6,10 @@ Per batch of documents (``BatchElements``; models loaded once per worker through
 1. PII redaction (e-mail, phone, IP; counted per type) so no output carries them;
 2. language ID (fastText) → ``lang``, ``lang_score``;
 3. quality signals (Gopher, C4, FineWeb, statistics) → ``signals``;
-4. the learned anomaly detector → ``anomaly_score``;
+4. the learned anomaly detector (``transforms/clean/detect.py``) → ``anomaly_scores`` (each
+   detector) and ``anomaly_score`` (the combined score that decides); with
+   ``anomaly.inference: runinference`` its language model runs in a RunInference step
+   after this batch DoFn (on the worker's GPU when it has one) and selection follows it;
 5. the quality classifier (fastText, DCLM recipe) → ``quality_score``.
 
 Then selection, in this order, each drop with its reason code: ``language``,
@@ -28,7 +31,7 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.utils import shared
 
-from transforms.clean.features import FEATURE_NAMES, feature_matrix
+from transforms.clean.detect import AnomalyConfig, ScoreWithRunInference, load_detector, score_docs
 from transforms.clean.pii import redact
 from transforms.clean.rules import QualityRules, first_failure
 from transforms.clean.signals import compute_signals
@@ -62,21 +65,6 @@ class LangIdConfig:
             raise ValueError("route_by_language needs an explicit languages list")
         if self.max_chars <= 0:  # fastText would see empty texts
             raise ValueError(f"max_chars must be > 0, got {self.max_chars}")
-
-
-@dataclass(frozen=True)
-class AnomalyConfig:
-    """The learned anomaly detector (``python -m models.anomaly train``); "" = off."""
-
-    model: str = ""
-    contamination: float = 0.05  # used by the train command to calibrate the threshold
-    threshold: Optional[float] = None  # overrides the artifact's calibrated threshold
-
-    def __post_init__(self) -> None:
-        if not 0.0 < self.contamination < 0.5:
-            raise ValueError(f"contamination must be in (0, 0.5), got {self.contamination}")
-        if self.threshold is not None and not math.isfinite(self.threshold):
-            raise ValueError(f"threshold must be a finite number, got {self.threshold}")
 
 
 @dataclass(frozen=True)
@@ -120,12 +108,10 @@ class Models:
     """The models of one worker (weak-referenceable for ``shared.Shared``)."""
 
     def __init__(self, config: CleanConfig) -> None:
-        from models.anomaly import AnomalyModel
         from models.fasttext_models import LanguageIdentifier, TextClassifier
 
         self.langid = LanguageIdentifier.load(config.langid.model, config.langid.max_chars)
-        self.anomaly = (AnomalyModel.load(config.anomaly.model, FEATURE_NAMES)
-                        if config.anomaly.model else None)
+        self.anomaly = load_detector(config.anomaly) if config.anomaly.model else None
         self.quality = (TextClassifier.load(config.quality.model, config.quality.positive_label,
                                             config.quality.max_chars)
                         if config.quality.model else None)
@@ -140,9 +126,11 @@ def valid_utf8(text: str) -> str:
         return text.encode("utf-8", "replace").decode("utf-8")
 
 
-def annotate(docs: Sequence[Doc], models: Models, config: CleanConfig) -> tuple[list[Doc], list[int]]:
+def annotate(docs: Sequence[Doc], models: Models, config: CleanConfig,
+             score_anomaly: bool = True) -> tuple[list[Doc], list[int]]:
     """The documents with text redacted and every score filled in (batched models), and
-    the PII counts [emails, phones, ips] redacted from them."""
+    the PII counts [emails, phones, ips] redacted from them. ``score_anomaly`` false
+    leaves the anomaly scores to the RunInference path."""
     texts = []
     pii = [0, 0, 0]
     for doc in docs:
@@ -155,15 +143,14 @@ def annotate(docs: Sequence[Doc], models: Models, config: CleanConfig) -> tuple[
         texts.append(text)
     langs = models.langid.predict(texts)
     signals = [compute_signals(t) for t in texts]
-    anomaly = (models.anomaly.score(feature_matrix(signals)) if models.anomaly is not None
-               else [None] * len(docs))
     quality = (models.quality.predict(texts) if models.quality is not None else [None] * len(docs))
     annotated = [
         dataclasses.replace(doc, text=text, lang=lang, lang_score=score, signals=sig,
-                            anomaly_score=None if a is None else float(a),
                             quality_score=None if q is None else float(q))
-        for doc, text, (lang, score), sig, a, q in zip(docs, texts, langs, signals, anomaly, quality)
+        for doc, text, (lang, score), sig, q in zip(docs, texts, langs, signals, quality)
     ]
+    if score_anomaly and models.anomaly is not None:
+        annotated = score_docs(annotated, models.anomaly)
     return annotated, pii
 
 
@@ -188,20 +175,29 @@ def select(doc: Doc, config: CleanConfig, anomaly_threshold: Optional[float]) ->
     return None
 
 
+def _threshold(config: AnomalyConfig, detector: Any) -> Optional[float]:
+    if config.threshold is not None:
+        return config.threshold
+    return detector.threshold if detector is not None else None
+
+
 class _CleanBatchFn(beam.DoFn):
-    def __init__(self, config: CleanConfig, stage: str) -> None:
+    """Annotates a batch; selects it too unless ``selects`` is false (RunInference path:
+    the annotated documents go on to the language model, selection comes after)."""
+
+    def __init__(self, config: CleanConfig, stage: str, selects: bool = True) -> None:
         self._config = config
         self._stage = stage
+        self._selects = selects
         self._shared = shared.Shared()
 
     def setup(self) -> None:
         config = self._config
-        key = f"clean-models:{config.langid.model}|{config.anomaly.model}|{config.quality.model}"
+        key = (f"clean-models:{config.langid.model}|{config.anomaly.model}|{config.anomaly.version}|"
+               f"{config.quality.model}")
         self._models = self._shared.acquire(lambda: Models(config), tag=key)
         self._counters = StageCounters(self._stage)
-        anomaly = self._models.anomaly
-        self._anomaly_threshold = (config.anomaly.threshold if config.anomaly.threshold is not None
-                                   else (anomaly.threshold if anomaly is not None else None))
+        self._anomaly_threshold = _threshold(config.anomaly, self._models.anomaly)
 
     def _count_pii(self, pii: list[int]) -> None:
         for name, count in zip(("pii_email", "pii_phone", "pii_ip"), pii):
@@ -209,24 +205,39 @@ class _CleanBatchFn(beam.DoFn):
 
     def process(self, batch: list[Doc]) -> Iterator[Any]:
         try:
-            annotated, pii = annotate(batch, self._models, self._config)
+            annotated, pii = annotate(batch, self._models, self._config, self._selects)
             self._count_pii(pii)
         except Exception:  # isolate the document that breaks the batch
             annotated = []
             for doc in batch:
                 try:
-                    one, pii = annotate([doc], self._models, self._config)
+                    one, pii = annotate([doc], self._models, self._config, self._selects)
                     annotated.extend(one)
                     self._count_pii(pii)
                 except Exception as exc:
                     yield beam.pvalue.TaggedOutput(FAILED, make_failure(
                         self._stage, exc, doc.source, -1, doc.text.encode("utf-8", "replace")))
         for doc in annotated:
-            verdict = select(doc, self._config, self._anomaly_threshold)
+            verdict = select(doc, self._config, self._anomaly_threshold) if self._selects else None
             if verdict is None:
                 yield doc
             else:
                 yield beam.pvalue.TaggedOutput(REJECTED, Rejected(doc, verdict[0], verdict[1]))
+
+
+class _SelectFn(beam.DoFn):
+    """Selection of documents annotated and scored upstream (RunInference path)."""
+
+    def __init__(self, config: CleanConfig, threshold: Optional[float]) -> None:
+        self._config = config
+        self._threshold = threshold
+
+    def process(self, doc: Doc) -> Iterator[Any]:
+        verdict = select(doc, self._config, self._threshold)
+        if verdict is None:
+            yield doc
+        else:
+            yield beam.pvalue.TaggedOutput(REJECTED, Rejected(doc, verdict[0], verdict[1]))
 
 
 def _split_by_quantile(doc: Doc, threshold: float) -> Iterable[Any]:
@@ -254,17 +265,24 @@ class Clean(beam.PTransform):
 
     def expand(self, docs: beam.PCollection) -> StageOutputs:
         stage, config = self._stage, self._config
+        two_step = bool(config.anomaly.model) and config.anomaly.inference == "runinference"
         results = (
             docs
             | "CountIn" >> beam.ParDo(CountFn(stage, "in"))
             | "Batch" >> beam.BatchElements(min_batch_size=min(16, config.batch_size),
                                             max_batch_size=config.batch_size)
-            | "Annotate" >> beam.ParDo(_CleanBatchFn(config, stage)).with_outputs(
+            | "Annotate" >> beam.ParDo(_CleanBatchFn(config, stage, selects=not two_step)).with_outputs(
                 REJECTED, FAILED, main="kept")
         )
         # rejects are counted per branch, before the Flatten (see routing.CountFn)
         kept = results["kept"]
         rejected = [results[REJECTED] | "CountRejected" >> beam.ParDo(CountFn(stage, "rejected"))]
+        if two_step:
+            threshold = _threshold(config.anomaly, load_detector(config.anomaly))
+            selected = (kept | "Anomaly" >> ScoreWithRunInference(config.anomaly)
+                        | "Select" >> beam.ParDo(_SelectFn(config, threshold)).with_outputs(REJECTED, main="kept"))
+            kept = selected["kept"]
+            rejected.append(selected[REJECTED] | "CountRejectedAnomaly" >> beam.ParDo(CountFn(stage, "rejected")))
         if config.quality.model and config.quality.top_fraction is not None:
             quantiles = (kept | "Scores" >> beam.Map(lambda d: d.quality_score or 0.0)
                          | "Quantiles" >> beam.ApproximateQuantiles.Globally(1001))

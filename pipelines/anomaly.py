@@ -1,0 +1,124 @@
+"""Train the learned anomaly detector of the clean stage (``models/anomaly.py``).
+
+    python -m pipelines.anomaly train --config configs/X.yaml [--reference FILE ...]
+        [--stage extract] [--sample 20000] [--steps 1500] [--seed 0] [--out DIR]
+
+The language model learns from the reference corpus (``--reference``: plain-text files
+cut into ~3 KB chunks at blank lines, JSONL or Parquet files with a ``text`` field, e.g.
+the kept documents of a previous run or a curated set). The corpus sample is a uniform
+sample of ``docs/<stage>/`` (PII redacted, as the clean stage sees it); the config's
+language ID and rules decide which of its documents the rules keep: the signals
+autoencoder learns from those and the reference, and the calibration and threshold
+(``clean.anomaly.flag_rate`` of them flagged) are set on them. Without ``--reference``
+the corpus sample's documents that the rules keep are the reference too (a warning says
+so: the corpus's junk that passes the rules is then learned as normal). The detector is
+written as a new version under ``--out`` or ``clean.anomaly.model`` (``CURRENT`` last).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import sys
+from typing import Optional, Sequence
+
+import numpy as np
+
+_LOGGER = logging.getLogger(__name__)
+
+
+def _annotated(texts: Sequence[str], clean: object) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """(languages, signal features, kept by language ID and rules) of ``texts``."""
+    from transforms.clean.clean import Models, annotate, select
+    from transforms.clean.detect import AnomalyConfig
+    from transforms.clean.features import feature_matrix
+    from transforms.doc import Doc
+
+    config = dataclasses.replace(clean, anomaly=AnomalyConfig(), quality=dataclasses.replace(
+        clean.quality, model=""))  # type: ignore[type-var]
+    models = Models(config)
+    docs = [Doc(id=str(i), url="", text=t, source="train", fetched_at="") for i, t in enumerate(texts)]
+    annotated = []
+    for start in range(0, len(docs), 256):
+        annotated.extend(annotate(docs[start:start + 256], models, config, score_anomaly=False)[0])
+    kept = np.array([select(d, config, None) is None for d in annotated], dtype=bool)
+    return [d.lang for d in annotated], feature_matrix([d.signals for d in annotated]), kept
+
+
+def _train_command(args: argparse.Namespace) -> int:
+    from models.anomaly import DetectorParams, train_detector
+    from models.autoencoder import AutoencoderParams
+    from models.quality import reference_texts
+    from models.textlm import LMParams
+    from pipelines.config import load_config_or_report
+    from pipelines.corpus import sample_docs
+    from transforms.clean.features import FEATURE_NAMES, FEATURE_SET
+    from transforms.clean.pii import redact
+
+    config = load_config_or_report(args.config)
+    if config is None:
+        return 2
+    clean = config.clean
+    if clean is None:
+        sys.stderr.write(f"{args.config}: no clean: section (the detector uses its language ID and rules)\n")
+        return 2
+    out = args.out or clean.anomaly.model
+    if not out:
+        sys.stderr.write("no output directory: give --out or clean.anomaly.model in the config\n")
+        return 2
+    corpus = [redact(doc.text)[0] for doc in sample_docs(config, args.stage, args.sample, args.seed)]
+    if len(corpus) < 10:
+        sys.stderr.write(f"only {len(corpus)} documents in docs/{args.stage}: run that stage first\n")
+        return 2
+    corpus_langs, corpus_x, kept = _annotated(corpus, clean)
+    if args.reference:
+        reference = [t for t in reference_texts(args.reference) if t.strip()]
+        reference_langs, reference_x, _ = _annotated(reference, clean)
+    else:
+        _LOGGER.warning("no --reference: the language model learns the %d corpus documents the rules "
+                        "keep (their junk is learned as normal)", int(kept.sum()))
+        reference = [t for t, k in zip(corpus, kept) if k]
+        reference_langs = [g for g, k in zip(corpus_langs, kept) if k]
+        reference_x = corpus_x[kept]
+    trim = clean.anomaly.contamination
+    params = DetectorParams(
+        lm=LMParams(steps=args.steps), signals=AutoencoderParams(trim=trim),
+        representation=AutoencoderParams(hidden=(32, 8), steps=600, trim=trim),
+        flag_rate=clean.anomaly.flag_rate)
+    try:
+        detector = train_detector(reference, reference_langs, reference_x, corpus, corpus_langs, corpus_x,
+                                  FEATURE_NAMES, FEATURE_SET, params, args.seed, corpus_kept=kept)
+    except ValueError as exc:
+        sys.stderr.write(f"cannot train the anomaly detector: {exc}\n")
+        return 2
+    detector.metadata["training"].update({
+        "corpus_source": f"{config.output}/docs/{args.stage}",
+        "reference_source": list(args.reference) or "the corpus sample's documents that the rules keep"})
+    path = detector.save(out)
+    sys.stdout.write(f"trained on {len(reference)} reference documents and {len(corpus)} of docs/{args.stage} "
+                     f"({int(kept.sum())} kept by the rules); threshold {detector.threshold:.3f} "
+                     f"(flag rate {params.flag_rate}); saved {path}\n")
+    return 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pipelines.anomaly", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    train = sub.add_parser("train", help="train on a reference corpus and a sample of a stage's documents")
+    train.add_argument("--config", required=True)
+    train.add_argument("--reference", nargs="*", default=[], help="reference text files (txt, jsonl, parquet)")
+    train.add_argument("--stage", default="extract", help="docs/<stage>/ to sample (default extract)")
+    train.add_argument("--sample", type=int, default=20000)
+    train.add_argument("--steps", type=int, default=1500, help="language-model optimiser steps")
+    train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--out", default=None, help="model directory (default: clean.anomaly.model)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, force=True)
+    logging.getLogger("apache_beam").setLevel(logging.WARNING)
+    return _train_command(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

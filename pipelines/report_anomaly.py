@@ -1,0 +1,129 @@
+"""The anomaly-detector part of the run report: each detector's score with its threshold,
+the documents that score highest, and the documents only the detector caught.
+
+Read from the clean stage's kept and rejected Parquet files batch by batch (columns
+``anomaly_score``, ``anomaly_scores`` and, for the tables, ``id``, ``url``, ``text`` and the
+rejection ``reason``); only the ``TOP`` best-scoring rows are held. A document rejected with
+reason ``anomaly`` is one that language ID and every rule passed (the clean stage applies
+the detector last), so that table lists what the detector alone removed, with a snippet
+for a person to judge.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+from typing import Any, Optional
+
+import numpy as np
+
+from pipelines.report_html import esc, fmt, histogram_plot
+
+_LOGGER = logging.getLogger(__name__)
+
+TOP = 20
+SNIPPET_CHARS = 300
+DETECTOR_FIELDS = ("perplexity", "representation", "signals")
+_Z = np.linspace(-5.0, 20.0, 51)  # standardised scores: 0 the corpus sample's median, 1 its IQR
+
+
+def detector_thresholds(clean: Any) -> dict[str, Optional[float]]:
+    """The combined threshold (the config's override, else the artifact's) and each
+    detector's own (its ``1 - flag_rate`` quantile on the corpus sample, for the plots)."""
+    out: dict[str, Optional[float]] = {"combined": clean.anomaly.threshold}
+    if not clean.anomaly.model:
+        return out
+    try:
+        from transforms.clean.detect import load_detector
+
+        detector = load_detector(clean.anomaly)
+    except Exception as exc:  # a missing or retrained artifact must not stop the report
+        _LOGGER.warning("report: no anomaly thresholds from %s: %s", clean.anomaly.model, exc)
+        return out
+    if out["combined"] is None:
+        out["combined"] = float(detector.threshold)
+    out.update({name: float(v) for name, v in zip(DETECTOR_FIELDS, detector.detector_thresholds)})
+    return out
+
+
+def _value(scores: Optional[dict[str, Any]], name: str) -> float:
+    value = (scores or {}).get(name)
+    return float("nan") if value is None else float(value)
+
+
+def _snippet(text: Optional[str]) -> str:
+    return " ".join((text or "")[:SNIPPET_CHARS].split())
+
+
+def _push(heap: list[tuple[float, int, dict[str, Any]]], score: float, row: dict[str, Any], seq: int) -> None:
+    item = (score, seq, row)
+    if len(heap) < TOP:
+        heapq.heappush(heap, item)
+    elif score > heap[0][0]:
+        heapq.heapreplace(heap, item)
+
+
+def collect_anomaly(output: str, stage: str = "clean") -> dict[str, Any]:
+    """Histograms of the combined and per-detector scores (kept / rejected), the ``TOP``
+    highest-scoring documents and the ``TOP`` highest of those rejected as ``anomaly``."""
+    from pipelines.report import Histogram, iter_batches, stage_files
+
+    hists = {name: Histogram(_Z) for name in ("combined",) + DETECTOR_FIELDS}
+    top: list[tuple[float, int, dict[str, Any]]] = []
+    only: list[tuple[float, int, dict[str, Any]]] = []
+    caught_only, seq = 0, 0
+    columns = ("id", "url", "text", "anomaly_score", "anomaly_scores", "reason")
+    for series, kind in (("kept", "docs"), ("rejected", "rejected")):
+        for batch in iter_batches(stage_files(output, kind, stage), columns):
+            rows = batch.to_pylist()
+            scored = [r for r in rows if r.get("anomaly_score") is not None]
+            hists["combined"].add(np.array([r["anomaly_score"] for r in scored]), series)
+            for name in DETECTOR_FIELDS:
+                hists[name].add(np.array([_value(r.get("anomaly_scores"), name) for r in scored]), series)
+            for r in scored:
+                seq += 1
+                entry = {"id": r.get("id"), "url": r.get("url") or "", "score": float(r["anomaly_score"]),
+                         "scores": r.get("anomaly_scores") or {}, "status": r.get("reason") or series,
+                         "snippet": _snippet(r.get("text"))}
+                _push(top, entry["score"], entry, seq)
+                if r.get("reason") == "anomaly":
+                    caught_only += 1
+                    _push(only, entry["score"], entry, seq)
+    return {"histograms": {k: h.to_json() for k, h in hists.items()},
+            "top": [e for _, _, e in sorted(top, key=lambda t: -t[0])],
+            "caught_only_by_detector": [e for _, _, e in sorted(only, key=lambda t: -t[0])],
+            "caught_only_count": caught_only}
+
+
+def _table(rows: list[dict[str, Any]]) -> str:
+    head = "".join(f"<th>{esc(h)}</th>" for h in ("score", *DETECTOR_FIELDS, "status", "document"))
+    body = []
+    for r in rows:
+        cells = [fmt(r["score"]), *(fmt(r["scores"].get(n)) for n in DETECTOR_FIELDS), esc(r["status"])]
+        body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells)
+                    + f"<td style=\"text-align:left\"><b>{esc(r['url'] or r['id'])}</b><br>{esc(r['snippet'])}</td></tr>")
+    return f"<table><tr>{head}</tr>{''.join(body)}</table>"
+
+
+def anomaly_html(anomaly: Optional[dict[str, Any]], thresholds: dict[str, Any]) -> str:
+    """Each detector's histogram with its threshold, then the two tables."""
+    if not anomaly or not anomaly["histograms"]["combined"]["n"]:
+        return "<p>No anomaly scores (no anomaly model configured).</p>"
+    marks = thresholds.get("anomaly_detectors") or {}
+    titles = {"combined": "Combined anomaly score (decides)",
+              "perplexity": "Language-model perplexity (NLL per byte, centred per language)",
+              "representation": "Representation (autoencoder over the LM's mean hidden state)",
+              "signals": "Signals (autoencoder over the quality signals)"}
+    figures = []
+    for name, hist in anomaly["histograms"].items():
+        value = marks.get(name)
+        label = "anomaly threshold" if name == "combined" else "flag-rate quantile"
+        mark = [{"value": value, "kind": "max", "rule": f"anomaly.{name}", "label": label}] if value is not None else []
+        figures.append(histogram_plot("anomaly" if name == "combined" else f"anomaly-{name}", titles[name],
+                                      "standardised score" if name != "combined" else "anomaly_score", hist, mark))
+    only = anomaly["caught_only_by_detector"]
+    return ('<div class="grid">' + "".join(figures) + "</div>"
+            + f"<h3>Highest-scoring documents (top {len(anomaly['top'])})</h3>" + _table(anomaly["top"])
+            + f"<h3>Caught only by the detector: {anomaly['caught_only_count']:,} documents that language "
+              f"ID and every rule passed (top {len(only)})</h3>"
+            + (_table(only) if only else "<p>None.</p>"))

@@ -1,0 +1,117 @@
+"""The learned anomaly detector (models/anomaly.py, textlm.py, autoencoder.py): the language
+model trains and scores, artifacts round-trip through ``torch.load(weights_only=True)``, the
+threshold is the one calibrated from the target flag rate, bad artifacts are ModelErrors."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from benchmarks.anomalies import build, clean_chunks, planted_new
+from benchmarks.bench_anomaly import auroc
+from models.anomaly import ARTIFACT_VERSION, CURRENT, AnomalyDetector, DetectorParams, read_current
+from models.autoencoder import AutoencoderParams, train_autoencoder
+from models.files import ModelError
+from models.textlm import LMParams, train_lm
+from tests.cleanmodels import SMALL, clean_models, unwrap  # noqa: F401 (fixture)
+from tests.conftest import shared
+from transforms.clean.features import FEATURE_NAMES, FEATURE_SET, feature_matrix
+from transforms.clean.signals import compute_signals
+
+
+@pytest.fixture(scope="module")
+def books() -> list[str]:
+    return [unwrap(c) for c in clean_chunks(shared("text"))]
+
+
+def test_language_model_trains_and_scores_junk_above_held_out_prose(books):
+    lm = train_lm(books[40:240], LMParams(vocab_size=800, dim=32, max_tokens=128, steps=150, batch_size=16))
+    rng = random.Random(0)
+    junk = [planted_new(kind, rng, books[:40]) for kind in ("encoded", "tables", "markup") for _ in range(5)]
+    out = lm.score(books[:20] + junk + [""])
+    assert out.shape == (36, 2 + 32) and np.isfinite(out).all()
+    assert not out[-1].any()  # no token: zeros
+    labels = np.array([0] * 20 + [1] * 15)
+    assert auroc(out[:35, 0], labels) > 0.9  # NLL per byte
+    again = lm.score(books[:3])
+    assert np.allclose(again, out[:3], atol=1e-5)  # deterministic in eval mode
+
+
+def test_language_model_params_validate():
+    with pytest.raises(ValueError, match="vocab_size"):
+        LMParams(vocab_size=100)
+    with pytest.raises(ValueError, match="dilations"):
+        LMParams(dilations=())
+    with pytest.raises(ValueError, match="flag_rate"):
+        DetectorParams(flag_rate=0.7)
+    with pytest.raises(ValueError, match="weights"):
+        DetectorParams(weights=(1.0, 1.0))
+
+
+def test_signals_autoencoder_beats_every_single_signal_on_the_planted_set():
+    texts, kinds = build(shared("text"))
+    labels = np.array([k != "clean" for k in kinds], dtype=int)
+    x = feature_matrix([compute_signals(t) for t in texts])
+    model = train_autoencoder(x, FEATURE_NAMES, AutoencoderParams(trim=float(labels.mean())))
+    best_single = max(max(auroc(x[:, j], labels), 1 - auroc(x[:, j], labels)) for j in range(x.shape[1]))
+    assert auroc(model.score(x), labels) > best_single
+    with pytest.raises(ValueError, match="at least 10 rows"):
+        train_autoencoder(np.zeros((5, 3)), ["a", "b", "c"])
+    with pytest.raises(ValueError, match="trim"):
+        AutoencoderParams(trim=0.7)
+
+
+def test_artifact_round_trip_weights_only_and_calibrated_threshold(clean_models):
+    model_dir = clean_models["anomaly"]
+    version = read_current(model_dir)
+    base = f"{model_dir}/{version}"
+    for name in ("lm.pt", "autoencoders.pt"):  # tensors and plain values only
+        torch.load(f"{base}/{name}", map_location="cpu", weights_only=True)
+    meta = json.loads(open(f"{base}/meta.json", encoding="utf-8").read())
+    assert meta["artifact_version"] == ARTIFACT_VERSION and meta["feature_set"] == FEATURE_SET
+    assert len(meta["training"]["training_sample_sha256"]) == 64
+    detector = AnomalyDetector.load(model_dir, feature_set=FEATURE_SET, feature_names=FEATURE_NAMES)
+    assert detector.threshold == meta["threshold"] and detector.version == version
+    # the threshold is the (1 - flag_rate) quantile of the combined score on the corpus sample
+    texts, _ = build(shared("text"), per_kind=10)
+    scores = detector.score(texts, feature_matrix([compute_signals(t) for t in texts]), ["en"] * len(texts))
+    assert meta["training"]["corpus_flagged"] == pytest.approx(SMALL.flag_rate, abs=0.02)
+    assert scores.combined.shape == (len(texts),) and scores.detectors.shape == (len(texts), 3)
+    weights = np.array(meta["weights"])
+    assert np.allclose(scores.combined, scores.detectors @ weights / weights.sum())
+    again = AnomalyDetector.load(model_dir).score(texts[:5], feature_matrix(
+        [compute_signals(t) for t in texts[:5]]), ["en"] * 5)
+    assert np.allclose(again.combined, scores.combined[:5], atol=1e-5)
+
+
+def test_missing_or_mismatched_artifacts_are_model_errors(clean_models, tmp_path):
+    with pytest.raises(ModelError, match="no trained anomaly detector"):
+        AnomalyDetector.load(str(tmp_path / "none"))
+    legacy = tmp_path / "anomaly.pt"
+    legacy.write_bytes(b"\x00old" * 10)
+    with pytest.raises(ModelError, match="single file"):
+        AnomalyDetector.load(str(legacy))
+    with pytest.raises(ModelError, match="retrain"):
+        AnomalyDetector.load(clean_models["anomaly"], feature_set=FEATURE_SET, feature_names=FEATURE_NAMES[:-1])
+    with pytest.raises(ModelError, match="retrain"):
+        AnomalyDetector.load(clean_models["anomaly"], feature_set="other-set")
+    copy = tmp_path / "copy"
+    shutil.copytree(clean_models["anomaly"], copy)
+    version = read_current(str(copy))
+    meta_path = copy / version / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    meta_path.write_text(json.dumps({**meta, "artifact_version": ARTIFACT_VERSION + 1}))
+    with pytest.raises(ModelError, match="artifact version"):
+        AnomalyDetector.load(str(copy))
+    meta_path.write_text(json.dumps(meta))
+    (copy / version / "lm.pt").write_bytes(b"\x00garbage" * 100)
+    with pytest.raises(ModelError, match="unreadable"):
+        AnomalyDetector.load(str(copy))
+    (copy / CURRENT).write_text("")
+    with pytest.raises(ModelError, match="empty"):
+        AnomalyDetector.load(str(copy))
