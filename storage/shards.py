@@ -53,19 +53,28 @@ def dtype_for_vocab(vocab_size: int) -> np.dtype:
     return np.dtype(np.uint16) if vocab_size <= 1 << 16 else np.dtype(np.uint32)
 
 
-def encode_shard(docs: Sequence[np.ndarray], dtype: np.dtype) -> tuple[bytes, int, int, str]:
-    """(shard bytes, documents, tokens, sha256) of ``docs`` (token arrays, in order)."""
+def encode_shard(docs: Sequence[np.ndarray], dtype: np.dtype) -> tuple[bytearray, int, int, str]:
+    """(shard bytes, documents, tokens, sha256) of ``docs`` (token arrays, in order).
+
+    The shard is built in one buffer of its final size: the tokens are copied (and cast)
+    into the payload once, the index is computed in place and hashed from a view. The
+    writer of a 256 MiB shard so holds its documents and one shard, where concatenating,
+    ``tobytes`` and joining header, payload and index held three shards more.
+    """
+    dtype = np.dtype(dtype).newbyteorder("<")
     lengths = np.fromiter((len(d) for d in docs), dtype=np.uint64, count=len(docs))
-    index = np.zeros(len(docs) + 1, dtype="<u8")
+    total = int(lengths.sum())
+    index_at = HEADER_SIZE + total * dtype.itemsize
+    out = bytearray(index_at + 8 * (len(docs) + 1))
+    if total:
+        payload = np.frombuffer(out, dtype=dtype, count=total, offset=HEADER_SIZE)
+        np.concatenate(docs, out=payload, casting="unsafe")
+    index = np.frombuffer(out, dtype="<u8", count=len(docs) + 1, offset=index_at)
     np.cumsum(lengths, out=index[1:])
-    tokens = (np.concatenate(docs) if docs else np.zeros(0)).astype(dtype.newbyteorder("<"), copy=False)
-    payload, index_bytes = tokens.tobytes(), index.tobytes()
-    digest = hashlib.sha256()
-    digest.update(payload)
-    digest.update(index_bytes)
-    header = _HEADER.pack(MAGIC, FORMAT_VERSION, dtype.itemsize, len(docs), int(index[-1]),
-                          HEADER_SIZE, HEADER_SIZE + len(payload), digest.digest(), b"\0" * 16)
-    return header + payload + index_bytes, len(docs), int(index[-1]), digest.hexdigest()
+    digest = hashlib.sha256(memoryview(out)[HEADER_SIZE:]).digest()
+    _HEADER.pack_into(out, 0, MAGIC, FORMAT_VERSION, dtype.itemsize, len(docs), total,
+                      HEADER_SIZE, index_at, digest, b"\0" * 16)
+    return out, len(docs), total, digest.hex()
 
 
 @dataclass(frozen=True)
