@@ -112,7 +112,7 @@ def speed(detector: AnomalyDetector, lid: LanguageIdentifier, n: int = 512) -> d
     t_detector = time.process_time() - t0
     return {"docs": len(docs), "mean_chars": float(np.mean([len(d) for d in docs])),
             "rules_docs_per_s": len(docs) / t_rules, "detector_docs_per_s": len(docs) / t_detector,
-            "max_tokens": detector.lm.params.max_tokens}
+            "max_tokens": detector.lm.params.score_tokens}
 
 
 def caught_only_by_detector(detector: AnomalyDetector, lid: LanguageIdentifier) -> list[dict[str, Any]]:
@@ -183,7 +183,7 @@ def evaluate(seed: int = 0, steps: int = 0) -> dict[str, Any]:
                       "test_normal": int(normal.sum()), "dev_anomalous_share": float(np.mean([i.anomalous for i in dev])),
                       "dev_rules_keep": int(dev_kept.sum()),
                       "dev_rules_keep_anomalous": int(sum(i.anomalous for i, k in zip(dev, dev_kept) if k))},
-        "best_signal": name, "threshold": detector.threshold, "max_tokens": detector.lm.params.max_tokens,
+        "best_signal": name, "threshold": detector.threshold, "max_tokens": detector.lm.params.score_tokens,
         "test_normal_flagged": float(flagged[normal].mean()),
         "test_normal_rules_drop": float(caught[normal].mean()),
         "families": _table(named, test, caught, flagged),

@@ -16,7 +16,9 @@ language's median, shrunk toward the median of all languages by ``language_prior
 documents, and the spread. The combination: each detector's score is standardised by the
 median and interquartile range of its scores on the corpus sample's documents that the
 rules keep (the detector decides only on those: the clean stage applies it after the
-rules), and the combined score is their weighted mean; the threshold is the
+rules), and the combined score is the weighted mean of their positive parts (``combine``:
+a detector adds evidence only above its corpus median, so a document that is unusually
+typical to one detector does not cancel another's alarm); the threshold is the
 ``1 - flag_rate`` quantile of the combined score on those documents. All of it is written
 in the artifact.
 
@@ -69,7 +71,11 @@ class DetectorParams:
     flag_rate: float = 0.05  # the share of the corpus sample above the threshold
     holdout_fraction: float = 0.15  # reference documents kept for the per-language centres
     language_prior: float = 10.0  # documents' worth of shrinkage toward all languages
-    weights: tuple[float, ...] = (1.0, 1.0, 1.0)  # per detector, DETECTORS order
+    # Per detector, DETECTORS order. Chosen on the development families of
+    # benchmarks/bench_anomaly.py (docs/BENCHMARKS.md): the representation detector is
+    # scored and written but weighted 0 (with it the development AUROC fell from 0.982 to
+    # 0.963); perplexity and signals equal (the development AUROC was flat from 1:1 to 6:1).
+    weights: tuple[float, ...] = (1.0, 0.0, 1.0)
 
     def __post_init__(self) -> None:
         if not 0.0 < self.flag_rate < 0.5:
@@ -78,8 +84,25 @@ class DetectorParams:
             raise ValueError(f"holdout_fraction must be in (0, 0.5), got {self.holdout_fraction}")
         if self.language_prior < 0:
             raise ValueError(f"language_prior must be >= 0, got {self.language_prior}")
+        if (len(self.weights) != len(DETECTORS) or min(self.weights) < 0 or sum(self.weights) <= 0
+                or not all(np.isfinite(self.weights))):
+            raise ValueError(f"weights must be {len(DETECTORS)} finite numbers >= 0 with a positive sum "
+                             f"(one per detector: {', '.join(DETECTORS)}), got {self.weights}")
         if len(self.weights) != len(DETECTORS) or min(self.weights) < 0 or sum(self.weights) <= 0:
             raise ValueError(f"weights must be {len(DETECTORS)} non-negative numbers, got {self.weights}")
+
+
+COMBINATIONS = ("positive_mean", "mean")  # "mean": artifacts of version 2
+
+
+def combine(z: np.ndarray, weights: np.ndarray, rule: str = "positive_mean") -> np.ndarray:
+    """The combined score of standardised detector scores ``z`` [n, detectors]: the
+    weighted mean of their positive parts (``positive_mean``) or of the scores (``mean``,
+    what version-2 artifacts were calibrated with)."""
+    if rule not in COMBINATIONS:
+        raise ValueError(f"unknown combination {rule!r}; known: {', '.join(COMBINATIONS)}")
+    parts = np.clip(z, 0.0, None) if rule == "positive_mean" else z
+    return parts @ weights / weights.sum()
 
 
 @dataclass(frozen=True)
@@ -128,6 +151,7 @@ class AnomalyDetector:
     threshold: float
     detector_thresholds: np.ndarray
     feature_set: str
+    combination: str = "positive_mean"  # see ``combine``
     version: str = ""
     path: str = ""  # the version directory it was loaded from or saved to
     metadata: dict[str, Any] = field(default_factory=dict)
@@ -151,7 +175,7 @@ class AnomalyDetector:
         if len(lm_out) == 0:
             return Scores(np.zeros(0), np.zeros((0, len(DETECTORS))), np.zeros(0))
         z = (self.raw(lm_out, features, langs) - self.location) / self.scale
-        combined = z @ self.weights / self.weights.sum()
+        combined = combine(z, self.weights, self.combination)
         return Scores(combined=combined, detectors=z, perplexity=np.exp(lm_out[:, 1].astype(np.float64)))
 
     def score(self, texts: Sequence[str], features: np.ndarray, langs: Sequence[str]) -> Scores:
@@ -182,8 +206,9 @@ class AnomalyDetector:
             "location": self.location.tolist(), "scale": self.scale.tolist(),
             "weights": self.weights.tolist(), "threshold": self.threshold,
             "detector_thresholds": self.detector_thresholds.tolist(),
-            "combination": "weighted mean of the detectors' scores, each standardised by its "
-                           "median and IQR on the corpus sample",
+            "combination_rule": self.combination,
+            "combination": "weighted mean of the positive parts of the detectors' scores, each "
+                           "standardised by its median and IQR on the corpus sample",
             **self.metadata,
         }
 
@@ -200,7 +225,12 @@ class AnomalyDetector:
                              f"computes {feature_set!r}: retrain it")
         if feature_names is not None and tuple(meta.get("feature_names", ())) != tuple(feature_names):
             raise ModelError(f"{base}: its feature list differs from the pipeline's {feature_set!r}: retrain it")
-        lm_params = LMParams(**{**meta["lm"], "dilations": tuple(meta["lm"]["dilations"])})
+        if meta.get("combination_rule", "mean") not in COMBINATIONS:
+            raise ModelError(f"{base}: unknown combination {meta.get('combination_rule')!r}; "
+                             f"known: {', '.join(COMBINATIONS)}")
+        # artifacts from before score_tokens scored (and were calibrated on) max_tokens tokens
+        lm_meta = {"score_tokens": meta["lm"].get("max_tokens"), **meta["lm"]}
+        lm_params = LMParams(**{**lm_meta, "dilations": tuple(meta["lm"]["dilations"])})
         with open(local_copy(f"{base}/tokenizer.model"), "rb") as fh:
             proto = fh.read()
         lm = lm_from_state(proto, _torch_load(f"{base}/lm.pt"), lm_params, base)
@@ -211,7 +241,8 @@ class AnomalyDetector:
                    location=np.array(meta["location"]), scale=np.array(meta["scale"]),
                    weights=np.array(meta["weights"]), threshold=float(meta["threshold"]),
                    detector_thresholds=np.array(meta["detector_thresholds"]),
-                   feature_set=str(meta["feature_set"]), version=str(meta["version"]), path=base,
+                   feature_set=str(meta["feature_set"]), combination=str(meta.get("combination_rule", "mean")),
+                   version=str(meta["version"]), path=base,
                    metadata={k: meta[k] for k in ("training", "trained_at") if k in meta})
 
 
@@ -315,7 +346,7 @@ def train_detector(reference: Sequence[str], reference_langs: Sequence[str], ref
     q75, q25 = np.percentile(raw, [75, 25], axis=0)
     detector.scale = np.maximum(q75 - q25, _EPS)
     z = (raw - detector.location) / detector.scale
-    combined = z @ detector.weights / detector.weights.sum()
+    combined = combine(z, detector.weights, detector.combination)
     detector.threshold = float(np.quantile(combined, 1.0 - params.flag_rate))
     detector.detector_thresholds = np.quantile(z, 1.0 - params.flag_rate, axis=0)
     corpus_hash = texts_sha256(corpus)  # the documents calibrated on (the rules keep them)

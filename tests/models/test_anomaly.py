@@ -4,6 +4,7 @@ threshold is the one calibrated from the target flag rate, bad artifacts are Mod
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import shutil
@@ -14,7 +15,7 @@ import torch
 
 from benchmarks.anomalies import build, clean_chunks, planted_new
 from benchmarks.bench_anomaly import auroc
-from models.anomaly import ARTIFACT_VERSION, CURRENT, AnomalyDetector, DetectorParams, read_current
+from models.anomaly import ARTIFACT_VERSION, CURRENT, AnomalyDetector, DetectorParams, combine, read_current
 from models.autoencoder import AutoencoderParams, train_autoencoder
 from models.files import ModelError
 from models.textlm import LMParams, train_lm
@@ -40,6 +41,12 @@ def test_language_model_trains_and_scores_junk_above_held_out_prose(books):
     assert auroc(out[:35, 0], labels) > 0.9  # NLL per byte
     again = lm.score(books[:3])
     assert np.allclose(again, out[:3], atol=1e-5)  # deterministic in eval mode
+    # the first score_tokens tokens are scored, whatever the training window
+    assert lm.params.score_tokens == 128 and lm.batch_tensor(books[:2]).shape == (2, 1 + 128)
+    short = dataclasses.replace(lm, params=dataclasses.replace(lm.params, score_tokens=16))
+    ids = short.batch_tensor(books[:2])
+    assert ids.shape == (2, 17) and (ids[:, 1:] != lm.net.pad_id).all()
+    assert ids[0, 1:].tolist() == lm.token_ids(books[:1])[0][:16]
 
 
 def test_language_model_params_validate():
@@ -83,7 +90,8 @@ def test_artifact_round_trip_weights_only_and_calibrated_threshold(clean_models)
     assert meta["training"]["corpus_flagged"] == pytest.approx(SMALL.flag_rate, abs=0.02)
     assert scores.combined.shape == (len(texts),) and scores.detectors.shape == (len(texts), 3)
     weights = np.array(meta["weights"])
-    assert np.allclose(scores.combined, scores.detectors @ weights / weights.sum())
+    assert meta["combination_rule"] == "positive_mean" and detector.combination == "positive_mean"
+    assert np.allclose(scores.combined, np.clip(scores.detectors, 0, None) @ weights / weights.sum())
     again = AnomalyDetector.load(model_dir).score(texts[:5], feature_matrix(
         [compute_signals(t) for t in texts[:5]]), ["en"] * 5)
     assert np.allclose(again.combined, scores.combined[:5], atol=1e-5)
@@ -114,4 +122,38 @@ def test_missing_or_mismatched_artifacts_are_model_errors(clean_models, tmp_path
         AnomalyDetector.load(str(copy))
     (copy / CURRENT).write_text("")
     with pytest.raises(ModelError, match="empty"):
+        AnomalyDetector.load(str(copy))
+
+
+@pytest.mark.parametrize("z,weights,rule,expected", [
+    ([[1.0, 5.0, 3.0]], [1.0, 0.0, 1.0], "positive_mean", 2.0),  # a weight of 0 leaves a detector out
+    ([[4.0, 0.0, -3.0]], [1.0, 0.0, 1.0], "positive_mean", 2.0),  # a typical score does not cancel an alarm
+    ([[4.0, 0.0, -3.0]], [1.0, 0.0, 1.0], "mean", 0.5),  # version-2 artifacts: it does
+    ([[-1.0, -2.0, -3.0]], [1.0, 1.0, 1.0], "positive_mean", 0.0),
+    ([[2.0, 1.0, 0.5]], [2.0, 1.0, 1.0], "positive_mean", 1.375),  # weighted: (4 + 1 + 0.5) / 4
+])
+def test_combination_table(z, weights, rule, expected):
+    assert combine(np.array(z), np.array(weights), rule)[0] == pytest.approx(expected)
+
+
+def test_combination_and_weights_are_validated(clean_models, tmp_path):
+    with pytest.raises(ValueError, match="unknown combination"):
+        combine(np.zeros((1, 3)), np.ones(3), "max")
+    for bad in ((1.0, 1.0), (1.0, -1.0, 1.0), (0.0, 0.0, 0.0), (1.0, float("nan"), 1.0)):
+        with pytest.raises(ValueError, match="weights"):
+            DetectorParams(weights=bad)
+    # an artifact written before the rule was recorded (version 2) is read as "mean"
+    copy = tmp_path / "copy"
+    shutil.copytree(clean_models["anomaly"], copy)
+    meta_path = copy / read_current(str(copy)) / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    meta_path.write_text(json.dumps({k: v for k, v in meta.items() if k != "combination_rule"}))
+    legacy = AnomalyDetector.load(str(copy))
+    assert legacy.combination == "mean"
+    # before score_tokens, an artifact scored (and was calibrated on) max_tokens tokens
+    old_lm = {**{k: v for k, v in meta["lm"].items() if k != "score_tokens"}, "max_tokens": 64}
+    meta_path.write_text(json.dumps({**meta, "lm": old_lm}))
+    assert AnomalyDetector.load(str(copy)).lm.params.score_tokens == 64
+    meta_path.write_text(json.dumps({**meta, "combination_rule": "max"}))
+    with pytest.raises(ModelError, match="unknown combination"):
         AnomalyDetector.load(str(copy))
