@@ -48,14 +48,13 @@ import numpy as np
 import torch
 
 from models.autoencoder import Autoencoder, AutoencoderParams, train_autoencoder
-from models.files import ModelError, local_copy, sha256_file
+from models.files import CURRENT, ModelError, local_copy, read_current as read_version, sha256_file
 from models.textlm import LMParams, TextLM, lm_from_state, train_lm
 
 _LOGGER = logging.getLogger(__name__)
 
 ARTIFACT_KIND = "tokenfactory.anomaly.detector"
 ARTIFACT_VERSION = 2
-CURRENT = "CURRENT"
 DETECTORS: tuple[str, ...] = ("perplexity", "representation", "signals")
 _FILES = ("tokenizer.model", "lm.pt", "autoencoders.pt", "meta.json")
 _EPS = 1e-9
@@ -265,15 +264,8 @@ def read_current(model_dir: str) -> str:
     if os.path.isfile(model_dir):
         raise ModelError(f"{model_dir}: a single file (the version-1 signals autoencoder); the detector "
                          f"is now a directory of versions: retrain it with `python -m pipelines.anomaly train`")
-    try:
-        with open(local_copy(f"{model_dir.rstrip('/')}/{CURRENT}"), encoding="utf-8") as fh:
-            version = fh.read().strip()
-    except (OSError, ModelError) as exc:
-        raise ModelError(f"{model_dir}: no trained anomaly detector (model file not found: {CURRENT}): "
-                         f"run `python -m pipelines.anomaly train`") from exc
-    if not version:
-        raise ModelError(f"{model_dir}/{CURRENT} is empty")
-    return version
+    return read_version(model_dir, f"no trained anomaly detector (model file not found: {CURRENT}): "
+                                   f"run `python -m pipelines.anomaly train`")
 
 
 def _read_meta(base: str) -> dict[str, Any]:

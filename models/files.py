@@ -50,3 +50,19 @@ def local_copy(url: str) -> str:
     os.replace(tmp.name, target)
     _LOGGER.info("downloaded %s to %s", url, target)
     return target
+
+
+CURRENT = "CURRENT"  # in a directory of model versions: the name of the version in use
+
+
+def read_current(model_dir: str, missing: str) -> str:
+    """The version named by ``<model_dir>/CURRENT``; ``missing`` says what to do when
+    there is none (the ``ModelError`` names the directory)."""
+    try:
+        with open(local_copy(f"{model_dir.rstrip('/')}/{CURRENT}"), encoding="utf-8") as fh:
+            version = fh.read().strip()
+    except (OSError, ModelError) as exc:
+        raise ModelError(f"{model_dir}: {missing}") from exc
+    if not version:
+        raise ModelError(f"{model_dir}/{CURRENT} is empty")
+    return version

@@ -42,10 +42,9 @@ from typing import Iterable, Optional, Sequence
 import numpy as np
 
 from models.fasttext_models import LABEL_PREFIX as _LABEL, clean_line as clean_text, fit_supervised, load_fasttext
-from models.files import ModelError, local_copy, sha256_file
+from models.files import CURRENT, ModelError, local_copy, read_current, sha256_file
 
 _LOGGER = logging.getLogger(__name__)
-CURRENT = "CURRENT"
 
 
 @dataclass(frozen=True)
@@ -216,15 +215,7 @@ def resolve_version(model_dir: str, version: str = "") -> str:
 
 
 def _read_current(model_dir: str) -> str:
-    try:
-        with open(local_copy(f"{model_dir.rstrip('/')}/{CURRENT}"), encoding="utf-8") as fh:
-            version = fh.read().strip()
-    except (OSError, ModelError) as exc:
-        raise ModelError(f"{model_dir}: no trained labeller ({CURRENT} missing): "
-                         f"run `python -m models.labeller train`") from exc
-    if not version:
-        raise ModelError(f"{model_dir}/{CURRENT} is empty")
-    return version
+    return read_current(model_dir, f"no trained labeller ({CURRENT} missing): run `python -m models.labeller train`")
 
 
 def _is_holdout(text: str, label: str, fraction: float, seed: int) -> bool:
