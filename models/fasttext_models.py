@@ -44,6 +44,19 @@ def _load(path_or_url: str):
         raise ModelError(f"not a fastText model: {path_or_url}: {exc}") from exc
 
 
+# Codes a config may use for a language that lid.176 labels otherwise: Norwegian Bokmål is
+# "no" in lid.176 (a config listing "nb" silently dropped every Norwegian document), and
+# the retired ISO 639-1 codes that older tools still emit.
+LANGUAGE_ALIASES = {"nb": "no", "iw": "he", "in": "id", "ji": "yi", "jw": "jv", "mo": "ro", "fil": "tl",
+                    "zh-cn": "zh", "zh-tw": "zh", "zh-hans": "zh", "zh-hant": "zh"}
+
+
+def canonical_language(code: str) -> str:
+    """The label lid.176 uses for ``code`` (lower case, ``_`` as ``-``, aliases resolved)."""
+    code = code.strip().lower().replace("_", "-")
+    return LANGUAGE_ALIASES.get(code, code)
+
+
 @dataclass
 class LanguageIdentifier:
     """fastText language identification: ``predict`` gives (ISO code, probability)."""
@@ -59,6 +72,11 @@ class LanguageIdentifier:
         if not any(label.startswith(LABEL_PREFIX) for label in model.get_labels()[:5]):
             raise ModelError(f"{path_or_url}: no __label__ labels, not a language-ID model")
         return cls(model=model, path=path, sha256=sha256_file(path), max_chars=max_chars)
+
+    @property
+    def labels(self) -> frozenset[str]:
+        """The language codes the model can emit."""
+        return frozenset(label[len(LABEL_PREFIX):] for label in self.model.get_labels())
 
     def predict(self, texts: Sequence[str]) -> list[tuple[str, float]]:
         if not texts:

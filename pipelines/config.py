@@ -219,7 +219,10 @@ def _convert(value: Any, tp: Any, key: str) -> Any:
         return value
     if tp in (bool, str) and isinstance(value, tp):
         return value
-    raise ConfigError(f"{key}: expected {_type_name(tp)}, got {quote(value)}")
+    hint = ""
+    if tp is str and isinstance(value, bool):  # YAML 1.1: no, yes, on, off, n, y are booleans
+        hint = " (YAML reads no/yes/on/off as true or false: quote the value, e.g. 'no' for Norwegian)"
+    raise ConfigError(f"{key}: expected {_type_name(tp)}, got {quote(value)}{hint}")
 
 
 def from_mapping(cls: type, data: Any, key: str = "") -> Any:
@@ -310,9 +313,25 @@ def check_model_files(config: JobConfig) -> None:
                         lambda p: TextClassifier.load(p, clean.quality.positive_label)))
     for key, path, load in loaders:
         try:
-            load(path)
+            model = load(path)
         except ModelError as exc:
             raise ConfigError(f"{config.source_file}: {key}: {exc}") from None
+        if key == "clean.langid.model":
+            _check_languages(config, model.labels)
+
+
+def _check_languages(config: JobConfig, labels: frozenset[str]) -> None:
+    """Every configured language must be one the language-ID model can emit: any other
+    code would silently reject (or never rule-check) every document."""
+    clean = config.clean
+    for key, codes in (("clean.langid.languages", clean.langid.languages),
+                       ("clean.rules_languages", clean.rules_languages)):
+        unknown = [code for code in codes if code not in labels]
+        if unknown:
+            raise ConfigError(f"{config.source_file}: {key}: {', '.join(map(repr, unknown))} "
+                              f"{'is' if len(unknown) == 1 else 'are'} not among the {len(labels)} languages "
+                              f"{clean.langid.model} can emit ({', '.join(sorted(labels)[:12])}, ...; "
+                              f"Norwegian Bokmål is 'no')")
 
 
 def check_files(config: JobConfig) -> None:

@@ -56,3 +56,20 @@ def test_quality_classifier_round_trip_and_accuracy(clean_models, tmp_path):
 def test_classifier_training_needs_both_classes(tmp_path):
     with pytest.raises(ValueError, match="positive and negative"):
         train_classifier(["a text"], [], str(tmp_path / "m.bin"))
+
+
+@pytest.mark.parametrize("code,label", [("nb", "no"), ("NB", "no"), ("no", "no"), ("nn", "nn"), ("iw", "he"),
+                                        ("in", "id"), ("fil", "tl"), ("zh_TW", "zh"), ("zh-Hans", "zh"),
+                                        (" en ", "en"), ("pt", "pt")])
+def test_canonical_language(code, label):
+    from models.fasttext_models import canonical_language
+
+    assert canonical_language(code) == label
+
+
+def test_every_alias_names_a_label_of_lid176():
+    from models.fasttext_models import LANGUAGE_ALIASES, LanguageIdentifier
+
+    labels = LanguageIdentifier.load(str(shared("models", "lid.176.ftz"))).labels
+    assert len(labels) == 176 and set(LANGUAGE_ALIASES.values()) <= labels
+    assert not set(LANGUAGE_ALIASES) & labels  # an alias never hides a real label

@@ -110,6 +110,23 @@ def clean_config(tmp_path, lid: str, extra: str = "") -> str:
     return write(tmp_path, good(tmp_path) + f"clean:\n  langid:\n    model: {lid}\n" + extra)
 
 
+def test_language_codes_are_the_models_labels(tmp_path):
+    """lid.176 labels Norwegian Bokmål "no": a config listing "nb" rejected every Norwegian
+    document as another language, silently (issue 18, item 4). Aliases resolve; codes the
+    model cannot emit are config errors naming the key."""
+    lid = str(shared("models", "lid.176.ftz"))
+    with pytest.raises(ConfigError, match=r"languages\[0\]: expected a string, got False \(YAML reads no"):
+        load_config(clean_config(tmp_path, lid, "    languages: [no]\n"))  # the Norway problem
+    config = load_config(clean_config(tmp_path, lid, "    languages: [NB, en, 'no', zh_CN]\n"
+                                                     "  rules_languages: [nb]\n"))
+    assert config.clean.langid.languages == ("no", "en", "zh") and config.clean.rules_languages == ("no",)
+    with pytest.raises(ConfigError, match=r"clean\.langid\.languages: 'xx', 'klingon' are not among the 176 "
+                                          r"languages .*lid\.176\.ftz can emit"):
+        load_config(clean_config(tmp_path, lid, "    languages: [en, xx, klingon]\n"))
+    with pytest.raises(ConfigError, match=r"clean\.rules_languages: 'english' is not among the 176"):
+        load_config(clean_config(tmp_path, lid, "  rules_languages: [english]\n"))
+
+
 def test_missing_or_corrupt_model_fails_before_the_pipeline(tmp_path):
     with pytest.raises(ConfigError, match=r"clean\.langid\.model: model file not found"):
         load_config(clean_config(tmp_path, str(tmp_path / "lid.ftz")))

@@ -31,6 +31,7 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.utils import shared
 
+from models.fasttext_models import canonical_language
 from transforms.clean.detect import AnomalyConfig, ScoreWithRunInference, load_detector, score_docs
 from transforms.clean.pii import redact
 from transforms.clean.rules import QualityRules, first_failure
@@ -48,6 +49,11 @@ class CleanReason(str, Enum):
     QUALITY = "quality_low"  # quality classifier score below the threshold / top fraction
 
 
+def canonical_languages(codes: Sequence[str]) -> tuple[str, ...]:
+    """The codes as the language-ID model labels them (``nb`` is ``no``), each once, in order."""
+    return tuple(dict.fromkeys(canonical_language(code) for code in codes))
+
+
 @dataclass(frozen=True)
 class LangIdConfig:
     """fastText language ID. ``languages`` empty: any language is allowed."""
@@ -59,6 +65,7 @@ class LangIdConfig:
     max_chars: int = 1000  # the first 1,000 characters decide (fastText's cost is linear)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "languages", canonical_languages(self.languages))
         if not 0.0 <= self.threshold <= 1.0:
             raise ValueError(f"threshold must be in [0, 1], got {self.threshold}")
         if self.route_by_language and not self.languages:
@@ -98,6 +105,7 @@ class CleanConfig:
     max_error_ratio: float = 0.05
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "rules_languages", canonical_languages(self.rules_languages))
         if self.batch_size <= 0:
             raise ValueError(f"batch_size must be > 0, got {self.batch_size}")
         if not 0.0 < self.max_error_ratio <= 1.0:
