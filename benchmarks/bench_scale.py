@@ -16,7 +16,8 @@ sentencepiece model of ../shared/data; 256 MiB shards). Each engine runs it as
 CPU seconds of the whole process tree (the driver, job server JVM, Prism, SDK workers:
 ``wait4`` of the tree, cross-checked by sampling ``/proc``), and the peak memory of the
 tree (the sum of every process's PSS, sampled each second: shared pages are not counted
-twice). A size runs only on the engines that finished the size before. Every engine's
+twice), also per stage and process (``peak_by_stage_mb``: where a tree grows). A size
+runs only on the engines that finished the size before. Every engine's
 outputs are compared with the first engine's (counts per stage, the tokens' index).
 Results are appended to ``<work>/results.jsonl``.
 """
@@ -153,20 +154,39 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+STAGES = ("extract", "dedup_exact", "dedup_minhash", "tokenize")
+
+
+def stage_running(output: Optional[Path]) -> str:
+    """The first stage of the job without a manifest yet (manifests are written last)."""
+    if output is None:
+        return "?"
+    return next((s for s in STAGES if not (output / "manifests" / f"{s}.json").exists()), "done")
+
+
 class TreeSampler(threading.Thread):
     """Each second: the PSS sum of a process and its descendants (peak kept), and the CPU
-    seconds each process was last seen with."""
+    seconds each process was last seen with; with ``output``, also each process name's
+    peak per stage (where a process tree grows is a stage question)."""
 
-    def __init__(self, pid: int, limit_kb: int) -> None:
+    def __init__(self, pid: int, limit_kb: int, output: Optional[Path] = None) -> None:
         super().__init__(daemon=True)
         self.pid, self.peak_kb, self.cpu, self.limit_kb, self.over = pid, 0, {}, limit_kb, False
         self.at_peak: dict[str, int] = {}  # process name → PSS MB at the peak
+        self.output = output
+        self.by_stage: dict[str, dict[str, int]] = {}  # stage → process name → its peak PSS MB
         self.stop = threading.Event()
 
     def run(self) -> None:
         while not self.stop.wait(1.0):
             pids = [self.pid] + _descendants(self.pid)
             sizes = {p: _pss_kb(p) for p in pids}
+            named: dict[str, int] = {}
+            for p, kb in sizes.items():
+                named[_name(p)] = named.get(_name(p), 0) + kb // 1024
+            stage = self.by_stage.setdefault(stage_running(self.output), {})
+            for name, mb in named.items():
+                stage[name] = max(stage.get(name, 0), mb)
             if sum(sizes.values()) > self.peak_kb:
                 self.peak_kb = sum(sizes.values())
                 self.at_peak = {}
@@ -181,13 +201,13 @@ class TreeSampler(threading.Thread):
 
 
 def run_engine(engine: str, config: Path, log: Path, timeout_s: float,
-               extra: tuple[str, ...] = (), limit_gb: float = 20.0) -> dict[str, Any]:
+               extra: tuple[str, ...] = (), limit_gb: float = 20.0, output: Optional[Path] = None) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "pipelines.run", "--config", str(config), "--engine", engine,
            "--no-progress", "--no-report", "--log-level", "INFO"] + list(extra)
     t0 = time.perf_counter()
     with log.open("w") as out:
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        sampler = TreeSampler(proc.pid, int(limit_gb * 1024 * 1024))
+        sampler = TreeSampler(proc.pid, int(limit_gb * 1024 * 1024), output)
         sampler.start()
         deadline = time.monotonic() + timeout_s
         status, usage = None, None
@@ -211,14 +231,15 @@ def run_engine(engine: str, config: Path, log: Path, timeout_s: float,
     return {"engine": engine, "exit": status, "wall_s": round(wall, 1),
             "cpu_s": round(max(tree_cpu, sum(sampler.cpu.values())), 1),
             "cpu_s_wait4": round(tree_cpu, 1), "cpu_s_sampled": round(sum(sampler.cpu.values()), 1),
-            "peak_pss_mb": round(sampler.peak_kb / 1024), "peak_by_process_mb": sampler.at_peak}
+            "peak_pss_mb": round(sampler.peak_kb / 1024), "peak_by_process_mb": sampler.at_peak,
+            "peak_by_stage_mb": sampler.by_stage}
 
 
 # --- outputs ---------------------------------------------------------------------------
 
 def output_summary(output: Path) -> dict[str, Any]:
     stages = {}
-    for stage in ("extract", "dedup_exact", "dedup_minhash", "tokenize"):
+    for stage in STAGES:
         path = output / "manifests" / f"{stage}.json"
         if path.exists():
             manifest = json.loads(path.read_text())
@@ -262,7 +283,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             output = args.work / f"out-{engine}-{n}"
             shutil.rmtree(output, ignore_errors=True)
             result = run_engine(engine, job_config(args.work, data, output), args.work / f"log-{engine}-{n}.txt",
-                                args.timeout_h * 3600, tuple(args.beam_args), args.max_memory_gb)
+                                args.timeout_h * 3600, tuple(args.beam_args), args.max_memory_gb, output)
             result["beam_args"] = args.beam_args
             result.update(docs=n, cores=cores, input_bytes=data.stat().st_size)
             if result["exit"] == 0:
