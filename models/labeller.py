@@ -121,14 +121,17 @@ def auto_accept(confidence: np.ndarray, correct: np.ndarray, target_precision: f
     if len(confidence) == 0:
         return {"threshold": 1.01, "fraction": 0.0, "precision": 0.0}
     order = np.argsort(-confidence, kind="stable")
+    ranked = confidence[order]
     hits = np.cumsum(correct[order].astype(float))
     precision = hits / np.arange(1, len(order) + 1)
-    ok = np.nonzero(precision >= target_precision)[0]
+    # A threshold accepts every tie at its value, so only the last index of a run of equal
+    # confidences is a set some threshold accepts (([.9, .8, .8], [1, 1, 0]) at 0.9: the
+    # middle index has precision 1.0, but no threshold accepts only it).
+    last_of_tie = np.append(ranked[1:] != ranked[:-1], True)
+    ok = np.nonzero((precision >= target_precision) & last_of_tie)[0]
     if len(ok) == 0:
         return {"threshold": 1.01, "fraction": 0.0, "precision": 0.0}
-    k = int(ok.max())
-    # a threshold accepts every tie at its value: step back to the first index of the tie
-    threshold = float(confidence[order][k])
+    threshold = float(ranked[int(ok.max())])
     accepted = confidence >= threshold
     return {"threshold": round(threshold, 6), "fraction": round(float(accepted.mean()), 4),
             "precision": round(float(correct[accepted].mean()), 4)}

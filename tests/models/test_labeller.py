@@ -45,6 +45,19 @@ def test_auto_accept_picks_lowest_threshold_meeting_precision():
     assert auto_accept(conf, np.zeros(10, dtype=bool), 0.9)["fraction"] == 0.0
 
 
+@pytest.mark.parametrize("conf,correct,target,expected", [
+    ([0.9, 0.8, 0.8], [1, 1, 0], 0.9, (0.9, 1 / 3, 1.0)),  # the tie at 0.8 cannot be split
+    ([0.9, 0.8, 0.8], [1, 1, 0], 0.6, (0.8, 1.0, 0.6667)),
+    ([0.8, 0.8, 0.8], [1, 1, 0], 0.9, (1.01, 0.0, 0.0)),
+    ([0.95, 0.9, 0.9, 0.7], [1, 1, 1, 0], 0.9, (0.9, 0.75, 1.0)),
+])
+def test_auto_accept_never_reports_a_set_no_threshold_accepts(conf, correct, target, expected):
+    result = auto_accept(np.array(conf), np.array(correct, dtype=bool), target)
+    assert (result["threshold"], result["fraction"], result["precision"]) == pytest.approx(expected, abs=1e-4)
+    if result["fraction"]:
+        assert result["precision"] >= target  # the docstring's promise
+
+
 def test_train_save_load_same_predictions_and_versions(tmp_path):
     texts, labels = [], []
     for lang in LANGS:
