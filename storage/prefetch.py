@@ -20,8 +20,8 @@ class Prefetcher:
     order, at most ``depth``); the thread fetches and checks them while the reader works on
     the current ones (the loader calls it when it enters a group, with the next group's
     shards). A shard the reader asks for while this thread works on it is waited for, not
-    fetched twice (``CacheStats.waited``). Errors are kept in ``errors``; the reader meets
-    them again itself when it reaches that shard (``ShardCache.local_path``). ``close()``
+    fetched twice (``CacheStats.waited``). An error is logged; the reader meets it again
+    itself when it reaches that shard (``ShardCache.local_path``). ``close()``
     stops it.
     """
 
@@ -32,7 +32,6 @@ class Prefetcher:
         self._queue: list[str] = []
         self._cond = threading.Condition()
         self._stop = False
-        self.errors: dict[str, BaseException] = {}
         self._thread = threading.Thread(target=self._run, name="shard-prefetch", daemon=True)
         self._thread.start()
 
@@ -51,8 +50,8 @@ class Prefetcher:
                 name = self._queue.pop(0)
             try:
                 self.cache.local_path(self.index_url, name)
-            except BaseException as exc:  # surfaced to the reader when it needs the shard
-                self.errors[name] = exc
+            except Exception as exc:  # the reader fetches it again and raises (or skips) then
+                _LOGGER.warning("prefetch of %s from %s failed: %s", name, self.index_url, exc)
 
     def close(self) -> None:
         with self._cond:
