@@ -461,15 +461,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 if part not in PARTS:
                     parser.error(f"unknown part {part!r}: one of {', '.join(PARTS)}")
                 path = fetch(part, force=args.force)
-                print(f"{part}: {path} ({(path.parent / 'SOURCE').read_text().strip()})")
+                sys.stdout.write(f"{part}: {path} ({(path.parent / 'SOURCE').read_text().strip()})\n")
         elif args.command == "args":
-            print(" ".join(engine_args(args.engine, args.worker_pool)))
+            sys.stdout.write(" ".join(engine_args(args.engine, args.worker_pool)) + "\n")
         else:
             for name, part in PARTS.items():
                 path = part.path()
                 source = path.parent / "SOURCE"
                 state = source.read_text().strip() if path.exists() and source.exists() else "missing"
-                print(f"{name:6} {path}  {state}")
+                sys.stdout.write(f"{name:6} {path}  {state}\n")
     except EngineMissing as exc:
         sys.stderr.write(f"error: {exc}\n")
         return 2
