@@ -19,5 +19,8 @@ COPY storage ./storage
 COPY configs ./configs
 RUN pip install --no-cache-dir . && python -c "import pipelines.run, transforms.extract.html"
 
+# Two malloc arenas per SDK worker process: glibc's default (8 per core) keeps every
+# arena's high-water mark resident as a worker's thread pool grows (pipelines/memory.py).
+ENV MALLOC_ARENA_MAX=2
 # The SDK harness entry point of the base image stays in charge.
 ENTRYPOINT ["/opt/apache/beam/boot"]

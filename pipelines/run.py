@@ -19,6 +19,7 @@ from pipelines.config import ConfigError, JobConfig, load_config
 from pipelines.engines import ENGINES, EngineMissing, engine_args
 from pipelines.job import StageFailed, StageReport, run_job
 from pipelines.lease import LeaseHeld
+from pipelines.memory import cap_malloc_arenas, worker_environment
 from storage.redact import redact_url
 
 _LOGGER = logging.getLogger(__name__)
@@ -119,6 +120,10 @@ def _stderr(text: str) -> None:
 
 def main(argv: Optional[Sequence[str]] = None, out: TextIO = sys.stdout) -> int:
     args, beam_args = parse_args(argv)
+    # This process hosts the LOOPBACK SDK workers; the processes it starts (SDK workers of
+    # multi_processing, the job server) inherit the cap (pipelines/memory.py).
+    cap_malloc_arenas()
+    worker_environment(os.environ)
     level = getattr(logging, str(args.log_level).upper(), logging.INFO)
     # force: importing Beam may already have configured the root logger at WARNING.
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s",

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import collections
 import logging
+import os
 import sys
 import threading
 import time
@@ -28,6 +29,8 @@ from typing import Any, Optional, Sequence
 
 from apache_beam.portability.api import beam_fn_api_pb2
 from apache_beam.runners.worker.worker_pool_main import BeamFnExternalWorkerPoolServicer
+
+from pipelines.memory import cap_malloc_arenas, worker_environment
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -84,6 +87,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     SupervisedWorkerPool.max_restarts = args.max_restarts
+    cap_malloc_arenas()
+    worker_environment(os.environ)  # the SDK worker processes it starts (pipelines/memory.py)
     address, server = SupervisedWorkerPool.start(use_process=True, port=args.service_port,
                                                  container_executable=args.container_executable)
     _LOGGER.info("SDK worker pool at %s (restarts per worker: %d)", address, args.max_restarts)
