@@ -17,7 +17,7 @@ COPY transforms ./transforms
 COPY models ./models
 COPY storage ./storage
 COPY configs ./configs
-RUN pip install --no-cache-dir . && python -c "import pipelines.run, transforms.extract.html"
+RUN pip install --no-cache-dir ".[pipeline]" && python -c "import pipelines.run, transforms.extract.html"
 
 # The SDK harness entry point of the base image stays in charge.
 ENTRYPOINT ["/opt/apache/beam/boot"]
