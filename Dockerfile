@@ -17,7 +17,7 @@ COPY transforms ./transforms
 COPY models ./models
 COPY storage ./storage
 COPY configs ./configs
-RUN pip install --no-cache-dir . && python -c "import pipelines.run, transforms.extract.html"
+RUN pip install --no-cache-dir ".[pipeline]" && python -c "import pipelines.run, transforms.extract.html"
 
 # Two malloc arenas per SDK worker process: glibc's default (8 per core) keeps every
 # arena's high-water mark resident as a worker's thread pool grows (pipelines/memory.py).

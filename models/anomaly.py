@@ -53,6 +53,10 @@ from models.textlm import LMParams, TextLM, lm_from_state, train_lm
 
 _LOGGER = logging.getLogger(__name__)
 
+__all__ = ["ARTIFACT_KIND", "ARTIFACT_VERSION", "COMBINATIONS", "CURRENT", "DETECTORS", "AnomalyDetector",
+           "DetectorParams", "LanguageCentres", "Scores", "combine", "read_current", "texts_sha256",
+           "train_detector"]
+
 ARTIFACT_KIND = "tokenfactory.anomaly.detector"
 ARTIFACT_VERSION = 2
 DETECTORS: tuple[str, ...] = ("perplexity", "representation", "signals")

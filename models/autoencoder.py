@@ -23,6 +23,9 @@ from torch import nn
 from models.files import ModelError
 
 _LOGGER = logging.getLogger(__name__)
+
+__all__ = ["Autoencoder", "AutoencoderParams", "train_autoencoder"]
+
 _CLIP = 8.0
 
 

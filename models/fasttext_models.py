@@ -22,6 +22,9 @@ from models.files import ModelError, local_copy, sha256_file
 
 _LOGGER = logging.getLogger(__name__)
 
+__all__ = ["LABEL_PREFIX", "LANGUAGE_ALIASES", "LanguageIdentifier", "TextClassifier", "canonical_language",
+           "clean_line", "fit_supervised", "load_fasttext", "train_classifier"]
+
 LABEL_PREFIX = "__label__"
 
 

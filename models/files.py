@@ -11,6 +11,8 @@ import fsspec
 
 _LOGGER = logging.getLogger(__name__)
 
+__all__ = ["CACHE_DIR", "CURRENT", "ModelError", "local_copy", "read_current", "sha256_file"]
+
 CACHE_DIR = os.environ.get("TOKENFACTORY_MODEL_CACHE",
                            os.path.join(os.path.expanduser("~"), ".cache", "tokenfactory", "models"))
 

@@ -36,6 +36,9 @@ from models.files import ModelError
 
 _LOGGER = logging.getLogger(__name__)
 
+__all__ = ["BOS_ID", "NEWLINE_PIECE", "ConvLM", "LMParams", "TextLM", "build_net", "lm_from_state",
+           "load_tokenizer", "piece_bytes", "train_lm", "train_tokenizer"]
+
 NEWLINE_PIECE = "<n>"
 BOS_ID = 1  # sentencepiece's default <s>
 

@@ -25,6 +25,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from pipelines.cli import setup_logging
+
 _LOGGER = logging.getLogger(__name__)
 
 
@@ -49,10 +51,9 @@ def _annotated(texts: Sequence[str], clean: object) -> tuple[list[str], np.ndarr
 def _train_command(args: argparse.Namespace) -> int:
     from models.anomaly import DetectorParams, train_detector
     from models.autoencoder import AutoencoderParams
-    from models.quality import reference_texts
     from models.textlm import LMParams
     from pipelines.config import load_config_or_report
-    from pipelines.corpus import sample_docs
+    from pipelines.corpus import reference_texts, sample_docs
     from transforms.clean.features import FEATURE_NAMES, FEATURE_SET
     from transforms.clean.pii import redact
 
@@ -115,8 +116,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     train.add_argument("--seed", type=int, default=0)
     train.add_argument("--out", default=None, help="model directory (default: clean.anomaly.model)")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, force=True)
-    logging.getLogger("apache_beam").setLevel(logging.WARNING)
+    setup_logging()
     return _train_command(args)
 
 

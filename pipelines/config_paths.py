@@ -1,6 +1,6 @@
 """Where a job reads and writes: path normalisation and the overlap checks of the config.
 
-A stage that runs again first deletes its old outputs (``storage.manifest.clear_stage``:
+A stage that runs again first deletes its old outputs (``pipelines.manifest.clear_stage``:
 ``docs/<stage>/``, ``rejected/<stage>/``, ``failed/<stage>/``, ``crawl/``, and the drivers'
 ``work/`` folders), so an input that lies in those folders is deleted before it is read:
 the documents are lost and the job still ends well. ``check_job_paths`` refuses:

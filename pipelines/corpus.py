@@ -1,18 +1,20 @@
-"""Reading a finished stage's documents outside Beam (for the model training commands)."""
+"""Reading a finished stage's documents, and reference text files, outside Beam (for the
+model training commands)."""
 
 from __future__ import annotations
 
 import hashlib
 import heapq
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import pyarrow.parquet as pq
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from pipelines.config import JobConfig
-from storage.manifest import read_manifest
-from transforms.doc import Doc, doc_from_row
+from pipelines.manifest import read_manifest
+from transforms.doc import Doc, RawRecord, doc_from_row
+from transforms.readers.tabular import TextFields, iter_jsonl, iter_parquet
 
 
 def stage_doc_files(config: JobConfig, stage: str) -> list[str]:
@@ -56,3 +58,30 @@ def sample_docs(config: JobConfig, stage: str, n: int, seed: int = 0) -> list[Do
         elif item[0] > heap[0][0]:
             heapq.heapreplace(heap, item)
     return [doc for _, _, doc in sorted(heap, key=lambda t: (-t[0], t[1]))]
+
+
+def text_chunks(text: str, size: int = 3000) -> Iterator[str]:
+    """~``size``-character chunks cut at blank lines."""
+    current = ""
+    for para in text.split("\n\n"):
+        current += para.strip() + "\n\n"
+        if len(current) >= size:
+            yield current.strip()
+            current = ""
+    if current.strip():
+        yield current.strip()
+
+
+def reference_texts(paths: Sequence[str]) -> Iterator[str]:
+    """The texts of reference files for training: plain text cut by ``text_chunks``, JSONL
+    or Parquet files with a ``text`` field."""
+    for path in paths:
+        if path.endswith((".jsonl", ".jsonl.gz", ".jsonl.zst", ".json")):
+            records = iter_jsonl(path, TextFields(), "train")
+        elif path.endswith(".parquet"):
+            records = iter_parquet(path, TextFields(), "train")
+        else:
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                yield from text_chunks(fh.read())
+            continue
+        yield from (r.text for r in records if isinstance(r, RawRecord))

@@ -3,7 +3,7 @@
 Starts ``python -m pydoc -n 127.0.0.1 -p PORT`` (stdin kept open: pydoc's server
 quits on input), waits until it answers, runs ``configs/demo.yaml`` with ``${DEMO_SITE}``
 replaced by the server's URL (crawl and extract, then ``pipelines.anomaly train`` on the
-extracted pages and ``models.labeller train`` on a seed set, then every stage again:
+extracted pages and ``pipelines.labeller train`` on a seed set, then every stage again:
 crawl and extract resume from their manifests, the rest runs), prints the count table,
 the review queue and the path of the run report (``report/report.html``), and stops
 the server.
@@ -138,7 +138,7 @@ def _run_demo(config_path: str, output: Optional[str], beam_args: list[str]) -> 
     code = anomaly_main(["train", "--config", config_path, "--stage", "extract", "--steps", "300"])
     if code != 0:
         return code
-    from models.labeller import main as labeller_main
+    from pipelines.labeller import main as labeller_main
 
     seed = os.path.join(output or "out/demo", "models", "area-seed.jsonl")
     n = write_area_seed(config_path, seed)
@@ -148,10 +148,10 @@ def _run_demo(config_path: str, output: Optional[str], beam_args: list[str]) -> 
     labeller_dir = label.sets[0].model if label is not None else ""
     if os.path.exists(os.path.join(labeller_dir, "CURRENT")):
         sys.stdout.write(f"\npage-area labeller already trained ({labeller_dir}); "
-                         "retrain with python -m models.labeller retrain\n")
+                         "retrain with python -m pipelines.labeller retrain\n")
     else:
         sys.stdout.write(f"\ntraining the page-area labeller on {n} seed pages "
-                         "(python -m models.labeller train)\n")
+                         "(python -m pipelines.labeller train)\n")
         code = labeller_main(["train", "--config", config_path, "--set", "area", "--seed", seed])
         if code != 0:
             return code

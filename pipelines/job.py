@@ -21,9 +21,7 @@ from apache_beam.runners.runner import PipelineResult
 from pipelines.config import JobConfig, configure_filesystems
 from pipelines.engines import shared_job_server
 from pipelines.lease import OutputLease, store_for
-from pipelines.progress import ProgressLine
-from pipelines.stages import PLANNERS, StagePlan
-from storage.manifest import (
+from pipelines.manifest import (
     Manifest,
     StageCounts,
     clear_stage,
@@ -36,6 +34,8 @@ from storage.manifest import (
     stage_dirs,
     write_manifest,
 )
+from pipelines.progress import ProgressLine
+from pipelines.stages import PLANNERS, StagePlan
 
 _LOGGER = logging.getLogger(__name__)
 

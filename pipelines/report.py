@@ -25,21 +25,21 @@ import os
 import sys
 from collections import Counter
 from datetime import datetime, timezone
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
-from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from storage.manifest import list_files, read_manifest, read_text, write_text_atomic
+from pipelines.manifest import list_files, read_manifest, read_text, write_text_atomic
+from pipelines.report_anomaly import collect_anomaly, detector_thresholds
+from pipelines.report_data import Histogram, iter_batches, stage_files
+from pipelines.report_html import render_html
 
 _LOGGER = logging.getLogger(__name__)
 
 REPORT_VERSION = 1
-BATCH_ROWS = 65_536
 MAX_COMPONENTS = 5_000_000  # distinct near-duplicate components counted before giving up
 MAX_LANGUAGES = 25  # the rest is summed as "other"
 
@@ -133,60 +133,10 @@ def config_thresholds(config: Any) -> dict[str, Any]:
                 signals.setdefault(name, []).append({
                     "value": float(value), "kind": kind, "rule": f"{family}.{attr}",
                     "active": family in clean.rules.families})
-    from pipelines.report_anomaly import detector_thresholds
-
     anomaly = detector_thresholds(clean)
     return {"signals": signals, "lang_score": float(clean.langid.threshold),
             "anomaly": anomaly["combined"], "anomaly_detectors": anomaly,
             "rules_languages": list(clean.rules_languages), "languages": list(clean.langid.languages)}
-
-
-class Histogram:
-    """Counts per bin and per series, fed batch by batch; out-of-range values are
-    counted in the first/last bin and reported as ``below``/``above``."""
-
-    def __init__(self, edges: np.ndarray, log: bool = False) -> None:
-        self.edges = np.asarray(edges, dtype=np.float64)
-        self.log = log
-        self.counts: dict[str, np.ndarray] = {}
-        self.below = self.above = self.n = 0
-        self.total = 0.0
-        self.lo, self.hi = float("inf"), float("-inf")
-
-    def add(self, values: np.ndarray, series: str) -> None:
-        v = np.asarray(values, dtype=np.float64)
-        v = v[np.isfinite(v)]
-        if not v.size:
-            return
-        self.n += int(v.size)
-        self.total += float(v.sum())
-        self.lo, self.hi = min(self.lo, float(v.min())), max(self.hi, float(v.max()))
-        self.below += int((v < self.edges[0]).sum())
-        self.above += int((v > self.edges[-1]).sum())
-        clipped = np.clip(v, self.edges[0], self.edges[-1])
-        counts = np.histogram(clipped, bins=self.edges)[0]
-        self.counts[series] = self.counts.get(series, np.zeros(len(self.edges) - 1, np.int64)) + counts
-
-    def to_json(self) -> dict[str, Any]:
-        return {"edges": [float(e) for e in self.edges], "log": self.log,
-                "counts": {k: [int(c) for c in v] for k, v in self.counts.items()},
-                "n": self.n, "below": self.below, "above": self.above,
-                "min": self.lo if self.n else None, "max": self.hi if self.n else None,
-                "mean": self.total / self.n if self.n else None}
-
-
-def _open(path: str) -> Any:
-    return FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
-
-
-def iter_batches(paths: Sequence[str], columns: Sequence[str]) -> Iterator[pa.RecordBatch]:
-    """Record batches of the wanted columns (those the file has) of Parquet files."""
-    for path in paths:
-        with _open(path) as fh:
-            pf = pq.ParquetFile(fh)
-            wanted = [c for c in columns if c in pf.schema_arrow.names]
-            if wanted:
-                yield from pf.iter_batches(batch_size=BATCH_ROWS, columns=wanted)
 
 
 def _column(batch: pa.RecordBatch, name: str) -> Optional[pa.Array]:
@@ -197,11 +147,6 @@ def _floats(array: Optional[pa.Array]) -> np.ndarray:
     if array is None:
         return np.zeros(0)
     return array.cast(pa.float64()).to_numpy(zero_copy_only=False)
-
-
-def stage_files(output: str, kind: str, stage: str) -> list[str]:
-    directory = FileSystems.join(output, kind, stage)
-    return list_files(directory, "*.parquet") + list_files(directory, "*/*.parquet")
 
 
 def collect_clean(output: str, stage: str = "clean") -> dict[str, Any]:
@@ -318,8 +263,6 @@ def collect_tokens(output: str) -> Optional[dict[str, Any]]:
 
 def build_report(output: str, config: Any = None) -> dict[str, Any]:
     """Every number of the report (what ``report.json`` holds)."""
-    from pipelines.report_anomaly import collect_anomaly
-
     stages = collect_funnel(output)
     names = [s["stage"] for s in stages]
     return {
@@ -343,8 +286,6 @@ def label_thresholds(config: Any) -> dict[str, float]:
 
 def write_report(output: str, config: Any = None) -> str:
     """Writes ``report/report.json`` and ``report/report.html``; returns the HTML's path."""
-    from pipelines.report_html import render_html
-
     report = build_report(output, config)
     directory = FileSystems.join(output, "report")
     write_text_atomic(FileSystems.join(directory, "report.json"), json.dumps(report, indent=1))

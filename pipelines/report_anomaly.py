@@ -1,5 +1,6 @@
 """The anomaly-detector part of the run report: each detector's score with its threshold,
-the documents that score highest, and the documents only the detector caught.
+the documents that score highest, and the documents only the detector caught (the page's
+section: ``pipelines.report_html.anomaly_html``).
 
 Read from the clean stage's kept and rejected Parquet files batch by batch (columns
 ``anomaly_score``, ``anomaly_scores`` and, for the tables, ``id``, ``url``, ``text`` and the
@@ -17,7 +18,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from pipelines.report_html import esc, fmt, histogram_plot
+from pipelines.report_data import Histogram, iter_batches, stage_files
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -66,8 +67,6 @@ def _push(heap: list[tuple[float, int, dict[str, Any]]], score: float, row: dict
 def collect_anomaly(output: str, stage: str = "clean") -> dict[str, Any]:
     """Histograms of the combined and per-detector scores (kept / rejected), the ``TOP``
     highest-scoring documents and the ``TOP`` highest of those rejected as ``anomaly``."""
-    from pipelines.report import Histogram, iter_batches, stage_files
-
     hists = {name: Histogram(_Z) for name in ("combined",) + DETECTOR_FIELDS}
     top: list[tuple[float, int, dict[str, Any]]] = []
     only: list[tuple[float, int, dict[str, Any]]] = []
@@ -93,37 +92,3 @@ def collect_anomaly(output: str, stage: str = "clean") -> dict[str, Any]:
             "top": [e for _, _, e in sorted(top, key=lambda t: -t[0])],
             "caught_only_by_detector": [e for _, _, e in sorted(only, key=lambda t: -t[0])],
             "caught_only_count": caught_only}
-
-
-def _table(rows: list[dict[str, Any]]) -> str:
-    head = "".join(f"<th>{esc(h)}</th>" for h in ("score", *DETECTOR_FIELDS, "status", "document"))
-    body = []
-    for r in rows:
-        cells = [fmt(r["score"]), *(fmt(r["scores"].get(n)) for n in DETECTOR_FIELDS), esc(r["status"])]
-        body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells)
-                    + f"<td style=\"text-align:left\"><b>{esc(r['url'] or r['id'])}</b><br>{esc(r['snippet'])}</td></tr>")
-    return f"<table><tr>{head}</tr>{''.join(body)}</table>"
-
-
-def anomaly_html(anomaly: Optional[dict[str, Any]], thresholds: dict[str, Any]) -> str:
-    """Each detector's histogram with its threshold, then the two tables."""
-    if not anomaly or not anomaly["histograms"]["combined"]["n"]:
-        return "<p>No anomaly scores (no anomaly model configured).</p>"
-    marks = thresholds.get("anomaly_detectors") or {}
-    titles = {"combined": "Combined anomaly score (decides)",
-              "perplexity": "Language-model perplexity (NLL per byte, centred per language)",
-              "representation": "Representation (autoencoder over the LM's mean hidden state)",
-              "signals": "Signals (autoencoder over the quality signals)"}
-    figures = []
-    for name, hist in anomaly["histograms"].items():
-        value = marks.get(name)
-        label = "anomaly threshold" if name == "combined" else "flag-rate quantile"
-        mark = [{"value": value, "kind": "max", "rule": f"anomaly.{name}", "label": label}] if value is not None else []
-        figures.append(histogram_plot("anomaly" if name == "combined" else f"anomaly-{name}", titles[name],
-                                      "standardised score" if name != "combined" else "anomaly_score", hist, mark))
-    only = anomaly["caught_only_by_detector"]
-    return ('<div class="grid">' + "".join(figures) + "</div>"
-            + f"<h3>Highest-scoring documents (top {len(anomaly['top'])})</h3>" + _table(anomaly["top"])
-            + f"<h3>Caught only by the detector: {anomaly['caught_only_count']:,} documents that language "
-              f"ID and every rule passed (top {len(only)})</h3>"
-            + (_table(only) if only else "<p>None.</p>"))

@@ -12,6 +12,8 @@ import html
 import math
 from typing import Any, Optional, Sequence
 
+from pipelines.report_anomaly import DETECTOR_FIELDS
+
 W, H = 640, 300
 LEFT, RIGHT, TOP, BOTTOM = 64, 16, 34, 62
 PALETTE = ("#4e79a7", "#f28e2b", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f",
@@ -302,10 +304,42 @@ td:first-child,td:nth-child(n+6){text-align:left}.ok{color:#2a7a2a}.bad{color:#b
 """
 
 
+def _table(rows: list[dict[str, Any]]) -> str:
+    head = "".join(f"<th>{esc(h)}</th>" for h in ("score", *DETECTOR_FIELDS, "status", "document"))
+    body = []
+    for r in rows:
+        cells = [fmt(r["score"]), *(fmt(r["scores"].get(n)) for n in DETECTOR_FIELDS), esc(r["status"])]
+        body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells)
+                    + f"<td style=\"text-align:left\"><b>{esc(r['url'] or r['id'])}</b><br>{esc(r['snippet'])}</td></tr>")
+    return f"<table><tr>{head}</tr>{''.join(body)}</table>"
+
+
+def anomaly_html(anomaly: Optional[dict[str, Any]], thresholds: dict[str, Any]) -> str:
+    """Each detector's histogram with its threshold, then the two tables."""
+    if not anomaly or not anomaly["histograms"]["combined"]["n"]:
+        return "<p>No anomaly scores (no anomaly model configured).</p>"
+    marks = thresholds.get("anomaly_detectors") or {}
+    titles = {"combined": "Combined anomaly score (decides)",
+              "perplexity": "Language-model perplexity (NLL per byte, centred per language)",
+              "representation": "Representation (autoencoder over the LM's mean hidden state)",
+              "signals": "Signals (autoencoder over the quality signals)"}
+    figures = []
+    for name, hist in anomaly["histograms"].items():
+        value = marks.get(name)
+        label = "anomaly threshold" if name == "combined" else "flag-rate quantile"
+        mark = [{"value": value, "kind": "max", "rule": f"anomaly.{name}", "label": label}] if value is not None else []
+        figures.append(histogram_plot("anomaly" if name == "combined" else f"anomaly-{name}", titles[name],
+                                      "standardised score" if name != "combined" else "anomaly_score", hist, mark))
+    only = anomaly["caught_only_by_detector"]
+    return ('<div class="grid">' + "".join(figures) + "</div>"
+            + f"<h3>Highest-scoring documents (top {len(anomaly['top'])})</h3>" + _table(anomaly["top"])
+            + f"<h3>Caught only by the detector: {anomaly['caught_only_count']:,} documents that language "
+              f"ID and every rule passed (top {len(only)})</h3>"
+            + (_table(only) if only else "<p>None.</p>"))
+
+
 def render_html(report: dict[str, Any]) -> str:
     """The whole page for a ``build_report`` result."""
-    from pipelines.report_anomaly import anomaly_html
-
     th, clean = report["thresholds"], report.get("clean")
     parts = [f"<h2>Funnel</h2>{funnel_section(report['stages'])}",
              f"<h2>Throughput</h2>{throughput_section(report['stages'])}"]

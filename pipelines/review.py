@@ -272,7 +272,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     """The ``serve`` command: prints the page URL (with its session token) and waits."""
-    from pipelines.review_page import ReviewSession, serve
+    from pipelines.review_page import ReviewSession
+    from pipelines.review_server import serve
 
     queue = redact_url(args.queue)
     try:

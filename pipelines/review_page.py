@@ -223,14 +223,3 @@ fetch("/api/state").then((r) => r.json()).then((s) => { S = s; cur = firstOpen(0
   document.body.dataset.ready = "1"; });
 </script></body></html>
 """
-
-
-def serve(session: ReviewSession, port: int = 8766, host: str = "127.0.0.1",
-          token: str | None = None, **limits: float) -> Any:
-    """A started review server (call ``shutdown()`` to stop; its ``url`` carries the
-    session token); port 0 picks a free one. ``limits``: see ``ReviewServer``."""
-    from pipelines.review_server import ReviewServer
-
-    server = ReviewServer((host, port), session, PAGE, token=token, **limits)
-    threading.Thread(target=server.serve_forever, daemon=True, name="review-page").start()
-    return server

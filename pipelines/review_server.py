@@ -40,7 +40,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Optional
 from urllib.parse import parse_qs, urlsplit
 
-from pipelines.review_page import AnswerError, ReviewSession
+from pipelines.review_page import PAGE, AnswerError, ReviewSession
 from storage.redact import redact_url
 
 _LOGGER = logging.getLogger(__name__)
@@ -318,3 +318,12 @@ def _parse_answer(body: Any) -> tuple[str, dict[str, str]]:
     if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
         raise Refused(HTTPStatus.BAD_REQUEST, "labels must map label sets to values (strings)")
     return task_id, labels
+
+
+def serve(session: ReviewSession, port: int = 8766, host: str = "127.0.0.1",
+          token: str | None = None, **limits: float) -> ReviewServer:
+    """A started review server (call ``shutdown()`` to stop; its ``url`` carries the
+    session token); port 0 picks a free one. ``limits``: see ``ReviewServer``."""
+    server = ReviewServer((host, port), session, PAGE, token=token, **limits)
+    threading.Thread(target=server.serve_forever, daemon=True, name="review-page").start()
+    return server

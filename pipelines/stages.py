@@ -19,8 +19,8 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.io.filesystems import FileSystems
 
 from pipelines.config import STAGES, JobConfig
+from pipelines.manifest import read_manifest
 from pipelines.outputs import FETCH_LOG_SCHEMA, WriteParquet, WriteStageOutputs, fetch_log_row
-from storage.manifest import read_manifest
 from transforms.clean.clean import Clean
 from transforms.crawl.crawler import Crawl
 from transforms.dedup.dedup import ExactDedup

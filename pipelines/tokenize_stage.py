@@ -41,9 +41,9 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from pipelines.manifest import read_manifest, read_text, write_text_atomic
 from pipelines.outputs import WriteParquet
 from storage.index import INDEX_VERSION, MAX_TOKEN_ID, check_version_name
-from storage.manifest import read_manifest, read_text, write_text_atomic
 from transforms.doc import REJECTED_SCHEMA, rejected_to_row
 from transforms.tokenize.tokenize import (FingerprintDocs, TokenizeConfig, TokenizeToShards, version_key,
                                           write_atomic)

@@ -30,8 +30,8 @@ import numpy as np
 
 from storage.hotdir import CacheFullError, HotDir
 from storage.index import IndexFileError, check_shard_name, validate_index, vocab_size_of
-from storage.shards import HEADER_SIZE, ShardError
-from storage.verify import Header, check_document_index, check_header, verify_shard
+from storage.shards import HEADER_SIZE, ShardError, ShardHeader
+from storage.verify import check_document_index, check_header, verify_shard
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -83,7 +83,7 @@ class ShardCache:
         self._maps: dict[str, np.ndarray] = {}  # pinned shards only
         self._indexes: dict[str, dict[str, Any]] = {}
         self._entries: dict[str, dict[str, dict[str, Any]]] = {}
-        self._checked: dict[str, tuple[tuple[int, ...], Header]] = {}  # path -> (file stamp, header)
+        self._checked: dict[str, tuple[tuple[int, ...], ShardHeader]] = {}  # path -> (file stamp, header)
         self._local_pins: dict[str, int] = {}
         self._inflight: dict[str, threading.Event] = {}
         self._doc_indexes: dict[str, np.ndarray] = {}
@@ -198,7 +198,7 @@ class ShardCache:
         else:
             self.stats.ready += 1
 
-    def _check_file(self, path: str, index_url: str, entry: dict[str, Any], name: str) -> Header:
+    def _check_file(self, path: str, index_url: str, entry: dict[str, Any], name: str) -> ShardHeader:
         """Checks the file at ``path`` in full once per process (and again if it changes)."""
         try:
             stamp = _stamp(path, hot=path.startswith(self.hot.root + os.sep))
@@ -273,7 +273,7 @@ class ShardCache:
         return own + size <= self.budget_bytes
 
     def _download(self, source: str, partial: str, index_url: str, entry: dict[str, Any],
-                  name: str) -> Header:
+                  name: str) -> ShardHeader:
         """Downloads ``source`` into the reserved ``partial``, checked before it is written."""
         index = self.read_index(index_url)
         for attempt in range(self.retries + 1):

@@ -34,6 +34,8 @@ from typing import Iterator, Optional
 
 _LOGGER = logging.getLogger(__name__)
 
+__all__ = ["CACHE_FOLDER", "PARTIAL", "CacheFullError", "HotDir", "Reservation"]
+
 CACHE_FOLDER = "_cache"
 PARTIAL = ".partial"
 

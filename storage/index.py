@@ -22,6 +22,12 @@ from typing import Any, Optional
 
 _LOGGER = logging.getLogger(__name__)
 
+__all__ = ["DOCUMENTS_PATTERN", "DTYPES", "INDEX_VERSION", "IndexFileError", "LEGACY_DOCUMENTS",
+           "MAX_TOKEN_ID", "READABLE_INDEX_VERSIONS", "SHARD_PATTERN", "TOKENIZER_PATTERN", "VERSION_PATTERN",
+           "VersionFile", "check_documents_name", "check_shard_name", "check_tokenizer_name",
+           "check_version_name", "index_version", "special_ids", "validate_index", "version_files",
+           "vocab_size_of"]
+
 INDEX_VERSION = 3
 READABLE_INDEX_VERSIONS = (1, 2, 3)
 LEGACY_DOCUMENTS = "documents/part-00000-of-00001.parquet"  # index version 1

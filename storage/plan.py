@@ -12,6 +12,9 @@ import numpy as np
 
 _LOGGER = logging.getLogger(__name__)
 
+__all__ = ["Group", "Source", "check_same_tokenizer", "mix_schedule", "position_ids", "shard_permutation",
+           "window_locations", "window_permutation", "windows_in"]
+
 
 @dataclass(frozen=True)
 class Source:

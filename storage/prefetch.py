@@ -11,6 +11,8 @@ if TYPE_CHECKING:
 
 _LOGGER = logging.getLogger(__name__)
 
+__all__ = ["Prefetcher"]
+
 
 class Prefetcher:
     """A background thread that pulls the next shards of the plan into the hot cache

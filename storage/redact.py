@@ -22,6 +22,8 @@ import re
 
 _LOGGER = logging.getLogger(__name__)
 
+__all__ = ["MASK", "has_userinfo", "redact_url"]
+
 MASK = "***"
 
 # scheme "://" then the rest of the URL up to whitespace, a quote or an angle bracket

@@ -33,9 +33,39 @@ FORMAT_VERSION = 1
 HEADER_SIZE = 96
 _HEADER = struct.Struct("<8sIIQQQQ32s16s")
 
+__all__ = ["FORMAT_VERSION", "HEADER_SIZE", "MAGIC", "Shard", "ShardError", "ShardHeader", "ShardInfo",
+           "decode_shard", "dtype_for_vocab", "encode_shard", "header_sha256"]
+
 
 class ShardError(ValueError):
     """A shard is missing, truncated, corrupt or not a shard; the message names it."""
+
+
+@dataclass(frozen=True)
+class ShardHeader:
+    """The 96-byte header, field by field (the layout above); ``unpack`` reads it as it is,
+    checking nothing: the reader that trusts it checks it (``decode_shard``,
+    ``storage.verify.check_header``)."""
+
+    magic: bytes
+    version: int
+    width: int  # bytes per token: 2 (uint16) or 4 (uint32)
+    num_docs: int
+    num_tokens: int
+    payload_at: int
+    index_at: int
+    sha256: str  # hex, of every byte after the header
+    reserved: bytes
+
+    @classmethod
+    def unpack(cls, data: bytes | bytearray | memoryview) -> "ShardHeader":
+        """The header at the start of ``data`` (at least ``HEADER_SIZE`` bytes)."""
+        magic, version, width, docs, tokens, payload_at, index_at, sha, reserved = _HEADER.unpack_from(data)
+        return cls(magic, version, width, docs, tokens, payload_at, index_at, sha.hex(), reserved)
+
+    def pack_into(self, buffer: bytearray) -> None:
+        _HEADER.pack_into(buffer, 0, self.magic, self.version, self.width, self.num_docs, self.num_tokens,
+                          self.payload_at, self.index_at, bytes.fromhex(self.sha256), self.reserved)
 
 
 @dataclass(frozen=True)
@@ -72,8 +102,8 @@ def encode_shard(docs: Sequence[np.ndarray], dtype: np.dtype) -> tuple[bytearray
     index = np.frombuffer(out, dtype="<u8", count=len(docs) + 1, offset=index_at)
     np.cumsum(lengths, out=index[1:])
     digest = hashlib.sha256(memoryview(out)[HEADER_SIZE:]).digest()
-    _HEADER.pack_into(out, 0, MAGIC, FORMAT_VERSION, dtype.itemsize, len(docs), total,
-                      HEADER_SIZE, index_at, digest, b"\0" * 16)
+    ShardHeader(MAGIC, FORMAT_VERSION, dtype.itemsize, len(docs), total, HEADER_SIZE, index_at,
+                digest.hex(), b"\0" * 16).pack_into(out)
     return out, len(docs), total, digest.hex()
 
 
@@ -94,25 +124,25 @@ def decode_shard(data: bytes, name: str = "shard", verify: bool = True) -> Shard
     """The tokens and document index of a shard's bytes; ``ShardError`` naming it if bad."""
     if len(data) < HEADER_SIZE:
         raise ShardError(f"{name}: {len(data)} bytes, shorter than the {HEADER_SIZE}-byte header")
-    magic, version, width, docs, tokens, payload_at, index_at, sha, _ = _HEADER.unpack_from(data)
-    if magic != MAGIC:
-        raise ShardError(f"{name}: not a token shard (magic {magic!r})")
-    if version != FORMAT_VERSION or width not in (2, 4):
-        raise ShardError(f"{name}: unsupported version {version} or token width {width}")
-    expected = HEADER_SIZE + tokens * width + 8 * (docs + 1)
-    if len(data) != expected or payload_at != HEADER_SIZE or index_at != HEADER_SIZE + tokens * width:
+    h = ShardHeader.unpack(data)
+    if h.magic != MAGIC:
+        raise ShardError(f"{name}: not a token shard (magic {h.magic!r})")
+    if h.version != FORMAT_VERSION or h.width not in (2, 4):
+        raise ShardError(f"{name}: unsupported version {h.version} or token width {h.width}")
+    expected = HEADER_SIZE + h.num_tokens * h.width + 8 * (h.num_docs + 1)
+    if len(data) != expected or h.payload_at != HEADER_SIZE or h.index_at != HEADER_SIZE + h.num_tokens * h.width:
         raise ShardError(f"{name}: {len(data)} bytes, expected {expected} (truncated or corrupt)")
     body = memoryview(data)[HEADER_SIZE:]
-    if verify and hashlib.sha256(body).digest() != sha:
+    if verify and hashlib.sha256(body).hexdigest() != h.sha256:
         raise ShardError(f"{name}: checksum mismatch (corrupt shard)")
-    dtype = np.dtype("<u2") if width == 2 else np.dtype("<u4")
-    token_array = np.frombuffer(data, dtype=dtype, count=tokens, offset=HEADER_SIZE)
-    index = np.frombuffer(data, dtype="<u8", count=docs + 1, offset=index_at)
-    if index[0] != 0 or index[-1] != tokens or np.any(np.diff(index.astype(np.int64)) < 0):
+    dtype = np.dtype("<u2") if h.width == 2 else np.dtype("<u4")
+    token_array = np.frombuffer(data, dtype=dtype, count=h.num_tokens, offset=HEADER_SIZE)
+    index = np.frombuffer(data, dtype="<u8", count=h.num_docs + 1, offset=h.index_at)
+    if index[0] != 0 or index[-1] != h.num_tokens or np.any(np.diff(index.astype(np.int64)) < 0):
         raise ShardError(f"{name}: document index is inconsistent")
     return Shard(tokens=token_array, index=index)
 
 
 def header_sha256(data: bytes) -> str:
     """The payload checksum stored in a shard's header (hex)."""
-    return _HEADER.unpack_from(data)[7].hex()
+    return ShardHeader.unpack(data).sha256

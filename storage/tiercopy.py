@@ -12,13 +12,15 @@ import hashlib
 import logging
 import os
 import uuid
-from typing import Any, Optional
+from typing import Any, BinaryIO, Optional
 
 from storage.index import VersionFile
 from storage.shards import HEADER_SIZE, ShardError, header_sha256
 from storage.verify import BLOCK, check_header, file_sha256
 
 _LOGGER = logging.getLogger(__name__)
+
+__all__ = ["TierError", "copy_file", "digest_local", "digest_of", "file_problem", "in_place", "join"]
 
 
 class TierError(RuntimeError):
@@ -47,15 +49,14 @@ class _Digest:
         self.sha.update(block)
 
     def problem(self, f: VersionFile, entry: Optional[dict[str, Any]], dtype: Optional[str]) -> Optional[str]:
+        """What differs from ``f`` (and its index entry), None when nothing does."""
         if f.sha256 is None:
             return None
-        if self.kind != "shard":
-            return None if self.sha.hexdigest() == f.sha256 else "checksum mismatch"
-        if len(self.header) < HEADER_SIZE or header_sha256(self.header) != f.sha256:
+        if self.kind == "shard" and (len(self.header) < HEADER_SIZE or header_sha256(self.header) != f.sha256):
             return "header checksum differs from index.json"
         if self.sha.hexdigest() != f.sha256:
             return "checksum mismatch"
-        if entry is not None:
+        if self.kind == "shard" and entry is not None:
             try:
                 check_header(self.header, entry, f.name, dtype)
             except ShardError as exc:
@@ -63,12 +64,24 @@ class _Digest:
         return None
 
 
-def digest_local(path: str, kind: str) -> _Digest:
+def digest_of(fh: BinaryIO, kind: str) -> _Digest:
+    """The digest of everything left in ``fh``, read block by block."""
     digest = _Digest(kind)
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(BLOCK), b""):
-            digest.update(block)
+    for block in iter(lambda: fh.read(BLOCK), b""):
+        digest.update(block)
     return digest
+
+
+def file_problem(fh: BinaryIO, f: VersionFile, entry: Optional[dict[str, Any]] = None,
+                 dtype: Optional[str] = None) -> Optional[str]:
+    """What differs between the rest of ``fh`` and ``f`` (see ``_Digest.problem``); None:
+    nothing, or ``f`` has no checksum (then ``fh`` is not read)."""
+    return None if f.sha256 is None else digest_of(fh, f.kind).problem(f, entry, dtype)
+
+
+def digest_local(path: str, kind: str) -> _Digest:
+    with open(path, "rb") as fh:
+        return digest_of(fh, kind)
 
 
 def in_place(fs: Any, path: str, f: VersionFile) -> bool:

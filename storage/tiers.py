@@ -21,20 +21,13 @@ S3 storage class and server-side encryption pass through to every write
 environment / instance profile only: the config has no key for them, and URLs are the
 only thing logged.
 
-    python -m storage.tiers status  --config CONFIG
-    python -m storage.tiers verify  --config CONFIG --tier warm [--version V]   (every version
-            folder, incomplete ones too; every file in full: header, sha256, token ids)
-    python -m storage.tiers promote --config CONFIG --version V [--from cold] [--to warm]
-    python -m storage.tiers demote  --config CONFIG --version V [--from warm] [--to cold] [--delete-source]
-    python -m storage.tiers gc      --config CONFIG [--keep 2]   (archive older warm versions to cold)
+The command line is ``python -m pipelines.tiers`` (``pipelines/tiers.py``).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
-import sys
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -46,14 +39,14 @@ from storage.index import (VERSION_PATTERN, IndexFileError, VersionFile, check_v
                            vocab_size_of)
 from storage.index import version_files as _index_files
 from storage.shards import ShardError
-from storage.tiercopy import TierError, copy_file, in_place
+from storage.tiercopy import TierError, copy_file, file_problem, in_place
 from storage.tiercopy import join as _join
-from storage.verify import file_sha256, verify_shard
+from storage.verify import verify_shard
 
 _LOGGER = logging.getLogger(__name__)
 
 __all__ = ["StorageConfig", "TierError", "copy_version", "delete_version", "gc", "incomplete_versions",
-           "list_versions", "main", "remove_stale_incomplete", "verify_version", "version_dirs",
+           "list_versions", "remove_stale_incomplete", "verify_version", "version_dirs",
            "version_files"]
 
 
@@ -160,8 +153,8 @@ def _verify_file(fs: Any, path: str, f: VersionFile, entry: Optional[dict[str, A
         with fs.open(path, "rb") as fh:
             if f.kind == "shard" and entry is not None:
                 verify_shard(fh, entry, path, index.get("dtype"), vocab_size_of(index))
-            elif f.sha256 is not None and file_sha256(fh) != f.sha256:
-                return f"{path}: checksum mismatch"
+            elif (problem := file_problem(fh, f)) is not None:
+                return f"{path}: {problem}"
     except FileNotFoundError:
         return f"{path}: missing"
     except ShardError as exc:
@@ -274,73 +267,3 @@ def gc(output: str, storage: StorageConfig) -> list[dict[str, Any]]:
         delete_version(warm, version, storage)
         moved.append(result)
     return moved
-
-
-def _storage_of(config_path: str) -> tuple[str, StorageConfig]:
-    from pipelines.config import load_config
-
-    config = load_config(config_path, check_models=False)
-    return config.output, config.storage or StorageConfig()
-
-
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m storage.tiers", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=["status", "verify", "promote", "demote", "gc"])
-    parser.add_argument("--config", required=True)
-    parser.add_argument("--version")
-    parser.add_argument("--tier", default="warm")
-    parser.add_argument("--from", dest="source")
-    parser.add_argument("--to", dest="target")
-    parser.add_argument("--delete-source", action="store_true")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, force=True, format="%(levelname)s %(name)s: %(message)s")
-    output, storage = _storage_of(args.config)
-    out = sys.stdout
-    if args.command == "status":
-        for tier in ("hot", "warm", "cold"):
-            try:
-                url = storage.url(tier, output)
-            except ValueError:
-                continue
-            out.write(f"{tier:<5} {url}: {', '.join(list_versions(url, storage)) or '(no versions)'}\n")
-            incomplete = incomplete_versions(url, storage)
-            if incomplete:
-                out.write(f"{'':<5} incomplete (no index.json): {', '.join(incomplete)}\n")
-        return 0
-    if args.command == "gc":
-        for moved in gc(output, storage):
-            out.write(f"archived {moved['version']} to cold ({moved['sent']} files sent)\n")
-        return 0
-    if args.command == "verify":
-        url = storage.url(args.tier, output)
-        problems = []
-        versions = [args.version] if args.version else version_dirs(url, storage)  # incomplete too
-        for version in versions:
-            problems += verify_version(url, version, storage)
-        for problem in problems:
-            out.write(f"BAD {problem}\n")
-        if not versions:
-            out.write(f"verified: no versions under {url}\n")
-        elif not problems:
-            out.write(f"verified: every file of {len(versions)} version(s) matches its index.json\n")
-        return 1 if problems else 0
-    if not args.version:
-        parser.error(f"{args.command} needs --version")
-    source = args.source or ("cold" if args.command == "promote" else "warm")
-    target = args.target or ("warm" if args.command == "promote" else "cold")
-    src, dst = storage.url(source, output), storage.url(target, output)
-    result = copy_version(args.version, src, dst, storage)
-    problems = verify_version(dst, args.version, storage)
-    if problems:
-        out.write("".join(f"BAD {p}\n" for p in problems))
-        return 1
-    if args.delete_source:
-        delete_version(src, args.version, storage)
-    out.write(f"{args.command}d {args.version} {source} -> {target}: {result['sent']} files sent, "
-              f"{result['skipped']} already there, {result['bytes'] / 1e6:.1f} MB\n")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

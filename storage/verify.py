@@ -19,61 +19,52 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from dataclasses import dataclass
 from typing import Any, BinaryIO, Optional
 
 import numpy as np
 
 from storage.index import DTYPES
-from storage.shards import FORMAT_VERSION, HEADER_SIZE, MAGIC, ShardError, _HEADER
+from storage.shards import FORMAT_VERSION, HEADER_SIZE, MAGIC, ShardError, ShardHeader
 
 _LOGGER = logging.getLogger(__name__)
+
+__all__ = ["BLOCK", "check_document_index", "check_header", "file_sha256", "verify_shard"]
 
 BLOCK = 8 * 1024 * 1024  # a multiple of 8: token and index blocks stay aligned
 
 
-@dataclass(frozen=True)
-class Header:
-    width: int
-    num_docs: int
-    num_tokens: int
-    payload_at: int
-    index_at: int
-    sha256: str
-
-
-def check_header(header: bytes, entry: dict[str, Any], name: str, dtype: Optional[str] = None) -> Header:
+def check_header(header: bytes, entry: dict[str, Any], name: str, dtype: Optional[str] = None) -> ShardHeader:
     """The parsed header when it is exactly what ``entry`` (and the index's ``dtype``)
     imply, else ``ShardError`` naming ``name`` and the field."""
     if len(header) < HEADER_SIZE:
         raise ShardError(f"{name}: {len(header)} bytes, shorter than the {HEADER_SIZE}-byte header "
                          "(truncated shard)")
-    magic, version, width, docs, tokens, payload_at, index_at, sha, reserved = _HEADER.unpack_from(header)
-    if magic != MAGIC:
-        raise ShardError(f"{name}: not a token shard (magic {magic!r}, damaged header?)")
-    if version != FORMAT_VERSION:
-        raise ShardError(f"{name}: header format version {version}, expected {FORMAT_VERSION} (damaged header?)")
+    h = ShardHeader.unpack(header)
+    if h.magic != MAGIC:
+        raise ShardError(f"{name}: not a token shard (magic {h.magic!r}, damaged header?)")
+    if h.version != FORMAT_VERSION:
+        raise ShardError(f"{name}: header format version {h.version}, expected {FORMAT_VERSION} (damaged header?)")
     want = entry.get("dtype") or dtype
     expected_width = DTYPES.get(str(want)) if want else None
-    if width not in (2, 4) or (expected_width is not None and width != expected_width):
-        raise ShardError(f"{name}: header token width {width} bytes, index.json says "
+    if h.width not in (2, 4) or (expected_width is not None and h.width != expected_width):
+        raise ShardError(f"{name}: header token width {h.width} bytes, index.json says "
                          f"{want or 'uint16 or uint32'} (dtype differs or damaged header)")
-    for field, value in (("num_docs", docs), ("num_tokens", tokens)):
+    for field, value in (("num_docs", h.num_docs), ("num_tokens", h.num_tokens)):
         if value != int(entry[field]):
             raise ShardError(f"{name}: header {field} {value}, index.json says {entry[field]} (damaged header?)")
-    if payload_at != HEADER_SIZE or index_at != HEADER_SIZE + tokens * width:
-        raise ShardError(f"{name}: header offsets {payload_at}/{index_at} do not match {tokens} tokens "
-                         f"of {width} bytes (damaged header)")
-    if reserved != b"\0" * len(reserved):
+    if h.payload_at != HEADER_SIZE or h.index_at != HEADER_SIZE + h.num_tokens * h.width:
+        raise ShardError(f"{name}: header offsets {h.payload_at}/{h.index_at} do not match {h.num_tokens} tokens "
+                         f"of {h.width} bytes (damaged header)")
+    if h.reserved != b"\0" * len(h.reserved):
         raise ShardError(f"{name}: reserved header bytes are not zero (damaged header)")
-    if sha.hex() != entry["sha256"]:
-        raise ShardError(f"{name}: header checksum {sha.hex()[:12]}..., index.json says "
+    if h.sha256 != entry["sha256"]:
+        raise ShardError(f"{name}: header checksum {h.sha256[:12]}..., index.json says "
                          f"{entry['sha256'][:12]}... (not the shard index.json lists)")
-    expected_size = HEADER_SIZE + tokens * width + 8 * (docs + 1)
+    expected_size = HEADER_SIZE + h.num_tokens * h.width + 8 * (h.num_docs + 1)
     if int(entry["num_bytes"]) != expected_size:
         raise ShardError(f"{name}: index.json says {entry['num_bytes']} bytes, its header implies "
                          f"{expected_size}")
-    return Header(width, docs, tokens, payload_at, index_at, sha.hex())
+    return h
 
 
 def check_document_index(bounds: np.ndarray, num_tokens: int, name: str) -> None:
@@ -85,7 +76,7 @@ def check_document_index(bounds: np.ndarray, num_tokens: int, name: str) -> None
 
 
 def verify_shard(fh: BinaryIO, entry: dict[str, Any], name: str, dtype: Optional[str] = None,
-                 vocab_size: Optional[int] = None, checksum: bool = True) -> Header:
+                 vocab_size: Optional[int] = None, checksum: bool = True) -> ShardHeader:
     """Reads the whole shard from ``fh`` once and checks it (see the module docstring);
     ``checksum=False`` skips only the sha256."""
     header = check_header(_read_exact(fh, HEADER_SIZE), entry, name, dtype)

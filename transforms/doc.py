@@ -1,8 +1,9 @@
 """The one document record, and the records that travel beside it.
 
 ``Doc`` is the single schema every stage reads and writes: a frozen dataclass that
-Beam encodes with ``RowCoder`` (registered below) and the matching pyarrow schema used
-for the Parquet files under ``docs/``, ``rejected/`` and ``failed/``. Stages never add
+Beam encodes with ``RowCoder`` (registered where Beam is used: ``transforms.routing``,
+so this module and the pure text functions import no Beam) and the matching pyarrow
+schema used for the Parquet files under ``docs/``, ``rejected/`` and ``failed/``. Stages never add
 free-form dict bags: a new column is a new typed field here.
 
 ``RawRecord`` is what readers and the crawler hand to extraction (HTML bytes or an
@@ -16,7 +17,6 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
-import apache_beam as beam
 import pyarrow as pa
 
 
@@ -167,8 +167,7 @@ class Failure:
     traceback: str = ""
 
 
-for _cls in (Signals, AnomalyScores, Label, Doc, RawRecord):
-    beam.coders.registry.register_coder(_cls, beam.coders.RowCoder)
+ROW_TYPES = (Signals, AnomalyScores, Label, Doc, RawRecord)  # Beam encodes them as rows (RowCoder)
 
 
 SIGNALS_TYPE = pa.struct([(f.name, pa.float64()) for f in dataclasses.fields(Signals)])

@@ -4,6 +4,10 @@ Each stage DoFn counts ``records_in`` once per input and then emits the input to
 output: the main output (kept), ``REJECTED`` (a ``Rejected`` with a reason code) or
 ``FAILED`` (a ``Failure`` carrying the raw input). That is what makes
 ``in == out + rejected + failed`` hold for every stage.
+
+Every stage imports this module, so it registers the coders of the record types
+(``transforms.doc.ROW_TYPES``: ``RowCoder``, schema-encoded) with Beam: the records stay
+importable without Beam, and every pipeline that routes them encodes them as rows.
 """
 
 from __future__ import annotations
@@ -17,9 +21,12 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from transforms import progress
-from transforms.doc import Doc, Failure, RawRecord, Rejected
+from transforms.doc import ROW_TYPES, Doc, Failure, RawRecord, Rejected
 
 _LOGGER = logging.getLogger(__name__)
+
+for _cls in ROW_TYPES:
+    beam.coders.registry.register_coder(_cls, beam.coders.RowCoder)
 
 KEPT = "kept"
 REJECTED = "rejected"

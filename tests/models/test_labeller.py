@@ -10,7 +10,8 @@ import pytest
 
 from models.files import ModelError
 from models.labeller import (CURRENT, Labeller, TrainParams, apply_temperature, auto_accept,
-                             fit_temperature, read_examples, reliability, train_labeller)
+                             fit_temperature, reliability, train_labeller)
+from pipelines.labeller import read_examples
 from tests.labelmodels import LANGS, PARAMS, label_data, sentences  # noqa: F401  (fixture)
 
 

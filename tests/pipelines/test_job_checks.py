@@ -48,7 +48,7 @@ def test_failures_up_to_the_ratio_are_allowed(tmp_path):
 
 
 def test_error_ratio_decision_boundaries():
-    from storage.manifest import StageCounts
+    from pipelines.manifest import StageCounts
 
     class Config:  # the two fields the check reads
         class extract:  # noqa: N801

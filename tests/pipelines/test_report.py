@@ -15,9 +15,9 @@ from selenium.webdriver.common.by import By
 
 from pipelines import report
 from pipelines.config import load_config
+from pipelines.manifest import Manifest, StageCounts, write_manifest
 from pipelines.report_html import render_html
 from pipelines.run import main as run_main
-from storage.manifest import Manifest, StageCounts, write_manifest
 from tests.browser import chromium, console_errors  # noqa: F401  (fixture)
 from tests.cleanmodels import clean_models  # noqa: F401  (fixture)
 from tests.conftest import shared

@@ -14,11 +14,13 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from models.labeller import Labeller, main as labeller_main
+from models.labeller import Labeller
 from pipelines.config import ConfigError, load_config
+from pipelines.labeller import main as labeller_main
 from pipelines.review import (load_queue, main as review_main, merge_reviews,
                               parse_jsonl, parse_label_studio)
-from pipelines.review_page import ReviewSession, serve
+from pipelines.review_page import ReviewSession
+from pipelines.review_server import serve
 from pipelines.run import main as run_main
 from tests.browser import chromium, console_errors  # noqa: F401  (fixture)
 from tests.labelmodels import LANGS, label_data, label_section, write_label_data  # noqa: F401

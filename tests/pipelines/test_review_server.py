@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.review_page import AnswerError, ReviewSession, serve
+from pipelines.review_page import AnswerError, ReviewSession
 from pipelines.review_server import (IDLE_TIMEOUT_S, LINGER_BYTES, LINGER_S, MAX_BODY_BYTES,
-                                     REQUEST_DEADLINE_S, ReviewServer)
+                                     REQUEST_DEADLINE_S, ReviewServer, serve)
 from tests.browser import PageSite, chromium  # noqa: F401  (fixture)
 from tests.labelmodels import LANGS
 

@@ -150,9 +150,9 @@ def test_smoke_other_runners(tmp_path, runner_args):
 
 
 def test_clean_stage_end_to_end_with_trained_models(tmp_path):
-    """extract -> pipelines.anomaly train -> models.quality train -> clean, per-language routing."""
+    """extract -> pipelines.anomaly train -> pipelines.quality train -> clean, per-language routing."""
     from pipelines.anomaly import main as anomaly_main
-    from models.quality import main as quality_main
+    from pipelines.quality import main as quality_main
 
     warc = shared("warc")
     config = tmp_path / "job.yaml"

@@ -16,8 +16,8 @@ from apache_beam.internal import pickler
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines.config import JobConfig, from_mapping
+from pipelines.manifest import Manifest, StageCounts, write_manifest
 from pipelines.stages import PLANNERS
-from storage.manifest import Manifest, StageCounts, write_manifest
 from tests.conftest import shared
 from tests.labelmodels import label_data, label_section  # noqa: F401  (fixture)
 

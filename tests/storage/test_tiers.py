@@ -14,9 +14,10 @@ import fsspec
 import numpy as np
 import pytest
 
+from pipelines.tiers import main
 from storage.shards import encode_shard
 from storage.tiers import (StorageConfig, TierError, copy_version, delete_version, gc, list_versions,
-                           main, remove_stale_incomplete, verify_version, version_files)
+                           remove_stale_incomplete, verify_version, version_files)
 from tests.s3server import s3_endpoint, s3_env  # noqa: F401 (fixtures)
 from tests.storage.datasets import damage
 

@@ -76,7 +76,7 @@ class LangIdConfig:
 
 @dataclass(frozen=True)
 class QualityConfig:
-    """The quality classifier (``python -m models.quality train``); "" = off."""
+    """The quality classifier (``python -m pipelines.quality train``); "" = off."""
 
     model: str = ""
     positive_label: str = "hq"

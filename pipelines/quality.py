@@ -1,13 +1,14 @@
 """Train the quality classifier: reference text vs random crawl text (the DCLM recipe).
 
-    python -m models.quality train --config configs/X.yaml --positive FILE [FILE ...]
+    python -m pipelines.quality train --config configs/X.yaml --positive FILE [FILE ...]
         [--stage extract] [--negatives 20000] [--out PATH]
 
 Positives are reference documents: plain-text files (cut into ~3 KB chunks at blank
 lines), JSONL or Parquet files with a ``text`` field. Negatives are a uniform sample of
 the corpus's own documents (``docs/<stage>/``). The fastText model is written to
 ``--out`` or to ``clean.quality.model`` of the config, with its metadata beside it
-(``<model>.json``: counts, hyper-parameters, sha256).
+(``<model>.json``: counts, hyper-parameters, sha256). The training itself is
+``models.fasttext_models.train_classifier``.
 """
 
 from __future__ import annotations
@@ -16,44 +17,19 @@ import argparse
 import json
 import logging
 import sys
-from typing import Iterator, Optional, Sequence
+from typing import Optional, Sequence
 
 from models.fasttext_models import train_classifier
+from pipelines.cli import setup_logging
 
 _LOGGER = logging.getLogger(__name__)
 
-
-def text_chunks(text: str, size: int = 3000) -> Iterator[str]:
-    """~``size``-character chunks cut at blank lines."""
-    current = ""
-    for para in text.split("\n\n"):
-        current += para.strip() + "\n\n"
-        if len(current) >= size:
-            yield current.strip()
-            current = ""
-    if current.strip():
-        yield current.strip()
-
-
-def reference_texts(paths: Sequence[str]) -> Iterator[str]:
-    from transforms.doc import RawRecord
-    from transforms.readers.tabular import TextFields, iter_jsonl, iter_parquet
-
-    for path in paths:
-        if path.endswith((".jsonl", ".jsonl.gz", ".jsonl.zst", ".json")):
-            records = iter_jsonl(path, TextFields(), "train")
-        elif path.endswith(".parquet"):
-            records = iter_parquet(path, TextFields(), "train")
-        else:
-            with open(path, encoding="utf-8", errors="replace") as fh:
-                yield from text_chunks(fh.read())
-            continue
-        yield from (r.text for r in records if isinstance(r, RawRecord))
+__all__ = ["main"]
 
 
 def _train_command(args: argparse.Namespace) -> int:
-    from pipelines.config import load_config_or_report
-    from pipelines.corpus import sample_docs
+    from pipelines.config import load_config_or_report  # after setup_logging: these import Beam
+    from pipelines.corpus import reference_texts, sample_docs
 
     config = load_config_or_report(args.config)
     if config is None:
@@ -76,7 +52,7 @@ def _train_command(args: argparse.Namespace) -> int:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m models.quality", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m pipelines.quality", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     train = sub.add_parser("train")
@@ -88,8 +64,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     train.add_argument("--seed", type=int, default=0)
     train.add_argument("--out", default=None)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, force=True)
-    logging.getLogger("apache_beam").setLevel(logging.WARNING)
+    setup_logging()
     return _train_command(args)
 
 

@@ -8,8 +8,7 @@ import json
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipelines.run import main
-from storage.manifest import (
+from pipelines.manifest import (
     Manifest,
     StageCounts,
     clear_stage,
@@ -19,6 +18,7 @@ from storage.manifest import (
     read_manifest,
     write_manifest,
 )
+from pipelines.run import main
 from tests.conftest import shared
 
 

@@ -1,0 +1,95 @@
+"""Moving dataset versions between the storage tiers (``storage/tiers.py``: hot, warm,
+cold; verified, atomic, resumable copies) with the tier URLs of a job config.
+
+    python -m pipelines.tiers status  --config CONFIG
+    python -m pipelines.tiers verify  --config CONFIG --tier warm [--version V]   (every version
+            folder, incomplete ones too; every file in full: header, sha256, token ids)
+    python -m pipelines.tiers promote --config CONFIG --version V [--from cold] [--to warm]
+    python -m pipelines.tiers demote  --config CONFIG --version V [--from warm] [--to cold] [--delete-source]
+    python -m pipelines.tiers gc      --config CONFIG [--keep 2]   (archive older warm versions to cold)
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from typing import Optional, Sequence
+
+from pipelines.cli import setup_logging
+from storage.tiers import (StorageConfig, copy_version, delete_version, gc, incomplete_versions, list_versions,
+                           verify_version, version_dirs)
+
+_LOGGER = logging.getLogger(__name__)
+
+__all__ = ["main"]
+
+
+def _storage_of(config_path: str) -> tuple[str, StorageConfig]:
+    from pipelines.config import load_config  # after setup_logging: it imports Beam
+
+    config = load_config(config_path, check_models=False)
+    return config.output, config.storage or StorageConfig()
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pipelines.tiers", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("command", choices=["status", "verify", "promote", "demote", "gc"])
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--version")
+    parser.add_argument("--tier", default="warm")
+    parser.add_argument("--from", dest="source")
+    parser.add_argument("--to", dest="target")
+    parser.add_argument("--delete-source", action="store_true")
+    args = parser.parse_args(argv)
+    setup_logging(logging.INFO, "%(levelname)s %(name)s: %(message)s")
+    output, storage = _storage_of(args.config)
+    out = sys.stdout
+    if args.command == "status":
+        for tier in ("hot", "warm", "cold"):
+            try:
+                url = storage.url(tier, output)
+            except ValueError:
+                continue
+            out.write(f"{tier:<5} {url}: {', '.join(list_versions(url, storage)) or '(no versions)'}\n")
+            incomplete = incomplete_versions(url, storage)
+            if incomplete:
+                out.write(f"{'':<5} incomplete (no index.json): {', '.join(incomplete)}\n")
+        return 0
+    if args.command == "gc":
+        for moved in gc(output, storage):
+            out.write(f"archived {moved['version']} to cold ({moved['sent']} files sent)\n")
+        return 0
+    if args.command == "verify":
+        url = storage.url(args.tier, output)
+        problems = []
+        versions = [args.version] if args.version else version_dirs(url, storage)  # incomplete too
+        for version in versions:
+            problems += verify_version(url, version, storage)
+        for problem in problems:
+            out.write(f"BAD {problem}\n")
+        if not versions:
+            out.write(f"verified: no versions under {url}\n")
+        elif not problems:
+            out.write(f"verified: every file of {len(versions)} version(s) matches its index.json\n")
+        return 1 if problems else 0
+    if not args.version:
+        parser.error(f"{args.command} needs --version")
+    source = args.source or ("cold" if args.command == "promote" else "warm")
+    target = args.target or ("warm" if args.command == "promote" else "cold")
+    src, dst = storage.url(source, output), storage.url(target, output)
+    result = copy_version(args.version, src, dst, storage)
+    problems = verify_version(dst, args.version, storage)
+    if problems:
+        out.write("".join(f"BAD {p}\n" for p in problems))
+        return 1
+    if args.delete_source:
+        delete_version(src, args.version, storage)
+    out.write(f"{args.command}d {args.version} {source} -> {target}: {result['sent']} files sent, "
+              f"{result['skipped']} already there, {result['bytes'] / 1e6:.1f} MB\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
