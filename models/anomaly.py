@@ -223,11 +223,7 @@ class AnomalyDetector:
         version = version or read_current(model_dir)
         base = f"{model_dir.rstrip('/')}/{version}"
         meta = _read_meta(base)
-        if feature_set is not None and meta.get("feature_set") != feature_set:
-            raise ModelError(f"{base}: trained on feature set {meta.get('feature_set')!r}, the pipeline "
-                             f"computes {feature_set!r}: retrain it")
-        if feature_names is not None and tuple(meta.get("feature_names", ())) != tuple(feature_names):
-            raise ModelError(f"{base}: its feature list differs from the pipeline's {feature_set!r}: retrain it")
+        _check_features(base, meta, feature_set, feature_names)
         if meta.get("combination_rule", "mean") not in COMBINATIONS:
             raise ModelError(f"{base}: unknown combination {meta.get('combination_rule')!r}; "
                              f"known: {', '.join(COMBINATIONS)}")
@@ -247,6 +243,25 @@ class AnomalyDetector:
                    feature_set=str(meta["feature_set"]), combination=str(meta.get("combination_rule", "mean")),
                    version=str(meta["version"]), path=base,
                    metadata={k: meta[k] for k in ("training", "trained_at") if k in meta})
+
+
+def _check_features(base: str, meta: dict[str, Any], feature_set: Optional[str],
+                    feature_names: Optional[Sequence[str]]) -> None:
+    """``ModelError`` naming the model, both feature sets and both feature lists (and what
+    differs) unless the artifact was trained on the pipeline's (a None is not checked)."""
+    trained_set, trained = meta.get("feature_set"), list(meta.get("feature_names", ()))
+    names = None if feature_names is None else list(feature_names)
+    if (feature_set is None or trained_set == feature_set) and (names is None or trained == names):
+        return
+    pipeline = f"{feature_set!r}" + ("" if names is None else f" {names}")
+    difference = ""
+    if names is not None and trained != names:
+        only_model = [n for n in trained if n not in names]
+        only_pipeline = [n for n in names if n not in trained]
+        difference = (f" (only the model's: {only_model}; only the pipeline's: {only_pipeline})"
+                      if only_model or only_pipeline else " (the same names in another order)")
+    raise ModelError(f"{base}: trained on feature set {trained_set!r} {trained}, the pipeline computes "
+                     f"{pipeline}{difference}: retrain it")
 
 
 def _write(path: str, write: Any) -> None:

@@ -36,6 +36,7 @@ from pipelines.manifest import list_files, read_manifest, read_text, write_text_
 from pipelines.report_anomaly import collect_anomaly, detector_thresholds
 from pipelines.report_data import Histogram, iter_batches, stage_files
 from pipelines.report_html import render_html
+from transforms.clean.rules import RULES, Direction, Rule, Unit, threshold
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -46,28 +47,14 @@ MAX_LANGUAGES = 25  # the rest is summed as "other"
 _FRAC = np.linspace(0.0, 1.0, 51)
 _COUNT = np.concatenate([[0.0], np.logspace(0, 6, 61)])  # [0,1) then 10 bins per decade
 _SCORE = np.linspace(-5.0, 20.0, 51)  # the combined anomaly score (0: the corpus sample's median)
-# signal -> (bin edges, log x axis, [(rule family, rule attribute, "min"|"max")])
-SIGNAL_SPECS: dict[str, tuple[np.ndarray, bool, list[tuple[str, str, str]]]] = {
-    "words": (_COUNT, True, [("gopher_quality", "min_words", "min"), ("gopher_quality", "max_words", "max")]),
-    "mean_word_length": (np.linspace(0.0, 30.0, 61), False,
-                         [("gopher_quality", "min_mean_word_length", "min"),
-                          ("gopher_quality", "max_mean_word_length", "max")]),
-    "symbol_word_ratio": (_FRAC, False, [("gopher_quality", "max_symbol_word_ratio", "max")]),
-    "bullet_lines_ratio": (_FRAC, False, [("gopher_quality", "max_bullet_lines_ratio", "max")]),
-    "ellipsis_lines_ratio": (_FRAC, False, [("gopher_quality", "max_ellipsis_lines_ratio", "max")]),
-    "alpha_words_ratio": (_FRAC, False, [("gopher_quality", "min_alpha_words_ratio", "min")]),
-    "stop_words": (_COUNT, True, [("gopher_quality", "min_stop_words", "min")]),
-    **{name: (_FRAC, False, [("gopher_repetition", f"max_{name}", "max")])
-       for name in ("dup_line_frac", "dup_para_frac", "dup_line_char_frac", "dup_para_char_frac",
-                    "top_2gram_char_frac", "top_3gram_char_frac", "top_4gram_char_frac",
-                    *(f"dup_{n}gram_char_frac" for n in range(5, 11)))},
-    "c4_sentences": (_COUNT, True, [("c4", "min_sentences", "min")]),
-    "c4_dropped_lines_frac": (_FRAC, False, [("c4", "max_dropped_lines_frac", "max")]),
-    "fineweb_line_punct_ratio": (_FRAC, False, [("fineweb", "min_line_punct_ratio", "min")]),
-    "fineweb_short_line_ratio": (_FRAC, False, [("fineweb", "max_short_line_ratio", "max")]),
-    "fineweb_dup_line_char_ratio": (_FRAC, False, [("fineweb", "max_dup_line_char_ratio", "max")]),
-    "fineweb_newline_word_ratio": (_FRAC, False, [("fineweb", "max_newline_word_ratio", "max")]),
-}
+_BINS: dict[Unit, tuple[np.ndarray, bool]] = {  # bin edges and log x axis per kind of signal
+    Unit.FRACTION: (_FRAC, False), Unit.COUNT: (_COUNT, True), Unit.CHARS: (np.linspace(0.0, 30.0, 61), False)}
+
+
+def signal_bins(table: Sequence[Rule] = RULES) -> dict[str, tuple[np.ndarray, bool]]:
+    """The plotted signals: those a min or max rule of ``table`` reads (table order), each
+    with its bin edges and whether its x axis is logarithmic."""
+    return {rule.signal: _BINS[rule.unit] for rule in table if rule.direction is not Direction.FLAG}
 
 
 # ----------------------------------------------------------------------------- data
@@ -126,13 +113,12 @@ def config_thresholds(config: Any) -> dict[str, Any]:
     if clean is None:
         return {"signals": {}, "lang_score": None, "anomaly": None, "anomaly_detectors": {}}
     signals: dict[str, list[dict[str, Any]]] = {}
-    for name, (_, _, rules) in SIGNAL_SPECS.items():
-        for family, attr, kind in rules:
-            value = getattr(getattr(clean.rules, family), attr)
-            if value is not None:
-                signals.setdefault(name, []).append({
-                    "value": float(value), "kind": kind, "rule": f"{family}.{attr}",
-                    "active": family in clean.rules.families})
+    for rule in clean.rules.table:
+        value = threshold(clean.rules, rule)
+        if rule.direction is not Direction.FLAG and value is not None:
+            signals.setdefault(rule.signal, []).append({
+                "value": float(value), "kind": rule.direction.value, "rule": f"{rule.family}.{rule.key}",
+                "active": rule.family in clean.rules.families})
     anomaly = detector_thresholds(clean)
     return {"signals": signals, "lang_score": float(clean.langid.threshold),
             "anomaly": anomaly["combined"], "anomaly_detectors": anomaly,
@@ -152,7 +138,7 @@ def _floats(array: Optional[pa.Array]) -> np.ndarray:
 def collect_clean(output: str, stage: str = "clean") -> dict[str, Any]:
     """Language counts and histograms of the clean stage's kept and rejected documents."""
     langs: dict[str, Counter[str]] = {"kept": Counter(), "rejected": Counter()}
-    signals = {name: Histogram(edges, log) for name, (edges, log, _) in SIGNAL_SPECS.items()}
+    signals = {name: Histogram(edges, log) for name, (edges, log) in signal_bins().items()}
     lang_score, anomaly = Histogram(_FRAC), Histogram(_SCORE)
     docs = 0
     for series, kind in (("kept", "docs"), ("rejected", "rejected")):

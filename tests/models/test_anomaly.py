@@ -15,7 +15,15 @@ import torch
 
 from benchmarks.anomalies import build, clean_chunks, planted_new
 from benchmarks.bench_anomaly import auroc
-from models.anomaly import ARTIFACT_VERSION, CURRENT, AnomalyDetector, DetectorParams, combine, read_current
+from models.anomaly import (
+    ARTIFACT_KIND,
+    ARTIFACT_VERSION,
+    CURRENT,
+    AnomalyDetector,
+    DetectorParams,
+    combine,
+    read_current,
+)
 from models.autoencoder import AutoencoderParams, train_autoencoder
 from models.files import ModelError
 from models.textlm import LMParams, train_lm
@@ -123,6 +131,33 @@ def test_missing_or_mismatched_artifacts_are_model_errors(clean_models, tmp_path
     (copy / CURRENT).write_text("")
     with pytest.raises(ModelError, match="empty"):
         AnomalyDetector.load(str(copy))
+
+
+def test_a_model_of_another_feature_list_is_refused_naming_both(tmp_path):
+    """Checked from meta.json before any weight is read: the model's path, both feature
+    sets and lists, and what differs."""
+    model = tmp_path / "anomaly"
+    (model / "v1").mkdir(parents=True)
+    (model / CURRENT).write_text("v1\n")
+
+    def load_trained_on(feature_set: str, names: list[str]) -> str:
+        (model / "v1" / "meta.json").write_text(json.dumps({
+            "kind": ARTIFACT_KIND, "artifact_version": ARTIFACT_VERSION, "feature_set": feature_set,
+            "feature_names": names}))
+        with pytest.raises(ModelError) as refused:
+            AnomalyDetector.load(str(model), feature_set=FEATURE_SET, feature_names=FEATURE_NAMES)
+        return str(refused.value)
+
+    older = [n for n in FEATURE_NAMES if n != "url_ratio"] + ["old_signal"]
+    message = load_trained_on(FEATURE_SET, older)
+    assert message == (f"{model}/v1: trained on feature set {FEATURE_SET!r} {older}, the pipeline computes "
+                       f"{FEATURE_SET!r} {list(FEATURE_NAMES)} (only the model's: ['old_signal']; "
+                       "only the pipeline's: ['url_ratio']): retrain it")
+    swapped = [FEATURE_NAMES[1], FEATURE_NAMES[0], *FEATURE_NAMES[2:]]
+    assert "(the same names in another order): retrain it" in load_trained_on(FEATURE_SET, swapped)
+    assert load_trained_on("signals-v0", list(FEATURE_NAMES)) == (
+        f"{model}/v1: trained on feature set 'signals-v0' {list(FEATURE_NAMES)}, the pipeline computes "
+        f"{FEATURE_SET!r} {list(FEATURE_NAMES)}: retrain it")
 
 
 @pytest.mark.parametrize("z,weights,rule,expected", [

@@ -271,7 +271,7 @@ class Clean(beam.PTransform):
         self._config = config
         self._stage = stage
 
-    def expand(self, docs: beam.PCollection) -> StageOutputs:
+    def expand(self, docs: beam.PCollection[Doc]) -> StageOutputs:
         stage, config = self._stage, self._config
         two_step = bool(config.anomaly.model) and config.anomaly.inference == "runinference"
         results = (

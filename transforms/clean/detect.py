@@ -123,7 +123,7 @@ class ScoreWithRunInference(beam.PTransform):
         super().__init__()
         self._config = config
 
-    def expand(self, docs: beam.PCollection) -> beam.PCollection:
+    def expand(self, docs: beam.PCollection[Doc]) -> beam.PCollection[Doc]:
         from apache_beam.ml.inference.base import KeyedModelHandler, RunInference
         from apache_beam.ml.inference.pytorch_inference import PytorchModelHandlerTensor
 

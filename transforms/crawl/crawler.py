@@ -299,7 +299,7 @@ class Crawl(beam.PTransform):
         self._warc_dir = warc_dir
         self._stage = stage
 
-    def expand(self, seeds: beam.PCollection) -> CrawlOutputs:
+    def expand(self, seeds: beam.PCollection[str]) -> CrawlOutputs:
         hosts = (
             seeds
             | "KeyByHost" >> beam.FlatMap(key_by_host)

@@ -154,7 +154,7 @@ class StarStep(beam.PTransform):
                              f"{kind!r}, {hot_degree}, {sample_every}")
         self._kind, self._hot_degree, self._every = kind, hot_degree, sample_every
 
-    def expand(self, pairs: beam.PCollection) -> beam.PCollection:
+    def expand(self, pairs: beam.PCollection[Edge]) -> beam.PCollection[Edge]:
         kind, every, hot_degree = self._kind, self._every, self._hot_degree
         hot = beam.pvalue.AsDict(
             pairs
@@ -182,7 +182,7 @@ class StarRound(beam.PTransform):
         super().__init__()
         self._hot = (hot_degree, sample_every)
 
-    def expand(self, edges: beam.PCollection) -> beam.PCollection:
+    def expand(self, edges: beam.PCollection[Edge]) -> beam.PCollection[Edge]:
         large = (
             edges
             | "BothWays" >> beam.FlatMap(_both_ways)

@@ -152,7 +152,7 @@ class ExactDedup(beam.PTransform):
         self._config = config
         self._stage = stage
 
-    def expand(self, docs: beam.PCollection) -> StageOutputs:
+    def expand(self, docs: beam.PCollection[Doc]) -> StageOutputs:
         stage = self._stage
         current = docs | "CountIn" >> beam.ParDo(CountFn(stage, "in"))
         rejected = []
@@ -220,7 +220,7 @@ class BandKeys(beam.PTransform):
         super().__init__()
         self._config = config
 
-    def expand(self, nodes: beam.PCollection) -> beam.PCollection:
+    def expand(self, nodes: beam.PCollection[tuple[str, str]]) -> beam.PCollection[tuple[bytes, str]]:
         return (
             nodes
             | "Batch" >> beam.BatchElements(min_batch_size=8, max_batch_size=self._config.batch_size)
@@ -236,7 +236,7 @@ class BucketEdges(beam.PTransform):
         super().__init__()
         self._salts = salts
 
-    def expand(self, keyed: beam.PCollection) -> beam.PCollection:
+    def expand(self, keyed: beam.PCollection[tuple[bytes, str]]) -> beam.PCollection[Edge]:
         sub = (
             keyed
             | "Salt" >> beam.Map(_salted, self._salts)

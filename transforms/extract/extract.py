@@ -177,7 +177,7 @@ class ExtractText(beam.PTransform):
         self._config = config
         self._stage = stage
 
-    def expand(self, records: beam.PCollection) -> StageOutputs:
+    def expand(self, records: beam.PCollection[RawRecord]) -> StageOutputs:
         stage = self._stage
         results = (
             records

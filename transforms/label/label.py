@@ -302,7 +302,7 @@ class LabelDocs(beam.PTransform):
             | "ByDoc" >> beam.Map(lambda r: (r.doc_id, r)) | "GroupReviews" >> beam.GroupByKey()
             | "AsTuples" >> beam.MapTuple(lambda doc_id, rs: (doc_id, tuple(rs))))
 
-    def expand(self, docs: beam.PCollection) -> tuple[StageOutputs, beam.PCollection]:
+    def expand(self, docs: beam.PCollection[Doc]) -> tuple[StageOutputs, beam.PCollection[list[Doc]]]:
         stage, config = self._stage, self._config
         reviews = self._review_map(docs.pipeline)
         results = (

@@ -118,7 +118,7 @@ class MatchInputs(beam.PTransform):
         super().__init__()
         self._patterns = list(patterns)
 
-    def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection:
+    def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection[FileRef]:
         return (
             pbegin
             | "Patterns" >> beam.Create(self._patterns)

@@ -61,7 +61,7 @@ class ReadInputs(beam.PTransform):
         self._limits = limits
         self._fields = dict(fields or {})
 
-    def expand(self, files: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
+    def expand(self, files: beam.PCollection[tuple[str, FileRef]]) -> beam.pvalue.DoOutputsTuple:
         return files | "ReadRecords" >> beam.ParDo(
             _ReadInputFn(self._stage, self._limits, self._fields)
         ).with_outputs(FAILED, main="records")

@@ -215,7 +215,7 @@ class ReadTabular(beam.PTransform):
         self._fmt = fmt
         self._fields = fields or TextFields()
 
-    def expand(self, files: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
+    def expand(self, files: beam.PCollection[FileRef]) -> beam.pvalue.DoOutputsTuple:
         return files | "ReadRows" >> beam.ParDo(
             _ReadTabularFn(self._stage, self._fmt, self._fields)
         ).with_outputs(FAILED, main="records")

@@ -283,7 +283,7 @@ class ReadWarc(beam.PTransform):
         self._stage = stage
         self._limits = limits
 
-    def expand(self, files: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
+    def expand(self, files: beam.PCollection[FileRef]) -> beam.pvalue.DoOutputsTuple:
         return files | "ReadRecords" >> beam.ParDo(
             _ReadWarcFn(self._stage, self._limits)
         ).with_outputs(FAILED, main="records")

@@ -122,7 +122,7 @@ class SumFingerprints(beam.CombineFn):
 class FingerprintDocs(beam.PTransform):
     """``Doc`` → one JSON line ``{"documents": n, "sum": hex}`` for the whole collection."""
 
-    def expand(self, docs: beam.PCollection) -> beam.PCollection:
+    def expand(self, docs: beam.PCollection[Doc]) -> beam.PCollection[str]:
         return (docs | "Fingerprint" >> beam.Map(lambda d: doc_fingerprint(d.id, d.text))
                 | "Sum" >> beam.CombineGlobally(SumFingerprints()))
 
@@ -239,7 +239,7 @@ class TokenizeToShards(beam.PTransform):
         self._directory = directory
         self._stage = stage
 
-    def expand(self, docs: beam.PCollection) -> StageOutputs:
+    def expand(self, docs: beam.PCollection[Doc]) -> StageOutputs:
         config, stage = self._config, self._stage
         encoded = (
             docs
