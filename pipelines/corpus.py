@@ -11,6 +11,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from pipelines.config import JobConfig
+from pipelines.stage_specs import doc_stages
 from storage.manifest import read_manifest
 from transforms.doc import Doc, doc_from_row
 
@@ -24,12 +25,9 @@ def stage_doc_files(config: JobConfig, stage: str) -> list[str]:
     return [path for path in manifest.outputs if marker in path.replace("\\", "/")]
 
 
-DOC_STAGES = ("extract", "clean", "dedup_exact", "dedup_minhash", "label")  # pipeline order
-
-
 def finished_doc_stages(config: JobConfig) -> list[str]:
     """The document-writing stages that have a manifest under the output, latest first."""
-    return [s for s in reversed(DOC_STAGES) if read_manifest(config.output, s) is not None]
+    return [s for s in reversed(doc_stages()) if read_manifest(config.output, s) is not None]
 
 
 def iter_docs(paths: list[str]) -> Iterator[Doc]:
