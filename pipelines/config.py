@@ -36,10 +36,10 @@ from transforms.readers.tabular import TextFields
 from pipelines.config_errors import ConfigError, quote
 from pipelines.config_paths import check_job_paths, check_no_credentials
 from pipelines.config_yaml import read_yaml_file
+from pipelines.stage_specs import check_stages, default_stages, known_stages
 
 _LOGGER = logging.getLogger(__name__)
 
-STAGES = ("crawl", "extract", "clean", "dedup_exact", "dedup_minhash", "label", "tokenizer", "tokenize")
 INPUT_FORMATS = ("warc", "wet", "arc", "jsonl", "parquet")
 INT_RANGE = (-(1 << 63), (1 << 63) - 1)  # integer keys end up in Parquet, Beam coders, numpy
 
@@ -130,7 +130,7 @@ class JobConfig:
     """A whole job. ``beam_args`` are default pipeline options (the command line wins)."""
 
     output: str
-    stages: tuple[str, ...] = ()  # empty: every stage the config has a section for
+    stages: tuple[str, ...] = ()  # empty: every stage the config has a section for (see pipelines.stage_specs)
     inputs: tuple[InputConfig, ...] = ()
     crawl: Optional[CrawlSection] = None
     read: ReadSection = ReadSection()
@@ -146,31 +146,15 @@ class JobConfig:
     def __post_init__(self) -> None:
         if not self.output.strip():
             raise ValueError("output must not be empty")
-        unknown = [s for s in self.stages if s not in STAGES]
-        if unknown:
-            raise ValueError(f"unknown stages {unknown}; known: {list(STAGES)}")
-        if "crawl" in self.stages and self.crawl is None:
-            raise ValueError("stage 'crawl' needs a crawl: section")
-        if "clean" in self.stages and self.clean is None:
-            raise ValueError("stage 'clean' needs a clean: section")
-        if {"dedup_exact", "dedup_minhash"} & set(self.stages) and self.dedup is None:
-            raise ValueError("the dedup stages need a dedup: section")
-        if "label" in self.stages and self.label is None:
-            raise ValueError("stage 'label' needs a label: section")
-        if {"tokenizer", "tokenize"} & set(self.stages) and self.tokenize is None:
-            raise ValueError("the tokenize stages need a tokenize: section")
+        check_stages(self)
         if not self.inputs and self.crawl is None:
             raise ValueError("needs inputs: or a crawl: section")
 
     def active_stages(self) -> tuple[str, ...]:
         """The stages to run, in pipeline order."""
         if self.stages:
-            return tuple(s for s in STAGES if s in self.stages)
-        train = self.tokenize if self.tokenize is not None and not self.tokenize.model else None
-        optional = {"crawl": self.crawl, "clean": self.clean, "dedup_exact": self.dedup,
-                    "dedup_minhash": self.dedup, "label": self.label, "tokenizer": train,
-                    "tokenize": self.tokenize}
-        return tuple(s for s in STAGES if s not in optional or optional[s] is not None)
+            return tuple(s for s in known_stages() if s in self.stages)
+        return default_stages(self)
 
     def section_hash(self, *names: str) -> str:
         """sha256 of the named sections: a stage's part of the resume fingerprint."""

@@ -13,6 +13,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from pipelines.config import JobConfig
 from pipelines.manifest import read_manifest
+from pipelines.stage_specs import doc_stages
 from transforms.doc import Doc, RawRecord, doc_from_row
 from transforms.readers.tabular import TextFields, iter_jsonl, iter_parquet
 
@@ -26,12 +27,9 @@ def stage_doc_files(config: JobConfig, stage: str) -> list[str]:
     return [path for path in manifest.outputs if marker in path.replace("\\", "/")]
 
 
-DOC_STAGES = ("extract", "clean", "dedup_exact", "dedup_minhash", "label")  # pipeline order
-
-
 def finished_doc_stages(config: JobConfig) -> list[str]:
     """The document-writing stages that have a manifest under the output, latest first."""
-    return [s for s in reversed(DOC_STAGES) if read_manifest(config.output, s) is not None]
+    return [s for s in reversed(doc_stages()) if read_manifest(config.output, s) is not None]
 
 
 def iter_docs(paths: list[str]) -> Iterator[Doc]:

@@ -21,6 +21,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from pipelines.beam_runs import counter_totals, largest_value, run_pipeline
 from pipelines.outputs import WriteParquet, WriteStageOutputs
 from transforms.dedup.components import StarRound, edge_checksum
 from transforms.dedup.dedup import BandKeys, BucketEdges, DedupConfig, assign_component
@@ -53,30 +54,10 @@ def _read_edges(pipeline: beam.Pipeline, directory: str) -> beam.PCollection:
             | "ToEdges" >> beam.Map(lambda r: (r["a"], r["b"])))
 
 
-def _counter(result: Any, namespace: str, name: str) -> int:
-    from apache_beam.metrics.metric import MetricsFilter
-
-    total = 0
-    for c in result.metrics().query(MetricsFilter().with_namespace(namespace).with_name(name))["counters"]:
-        total += int(c.committed if c.committed is not None else c.attempted or 0)
-    return total
-
-
-def _largest(result: Any, name: str) -> int:
-    """The largest value a distribution metric saw (0 when the runner reports none)."""
-    from apache_beam.metrics.metric import MetricsFilter
-
-    values = [d.committed if d.committed is not None else d.attempted
-              for d in result.metrics().query(MetricsFilter().with_name(name))["distributions"]]
-    return max((int(v.max) for v in values if v is not None and v.count), default=0)
-
-
-def _run(options: PipelineOptions, build: Callable[[beam.Pipeline], None]) -> Any:
-    pipeline = beam.Pipeline(options=options)
-    build(pipeline)
-    result = pipeline.run()
-    result.wait_until_finish()
-    return result
+def _edge_stats(result: Any) -> tuple[int, int]:
+    """(edge count, edge checksum) of a pipeline that wrote edges."""
+    totals = counter_totals(result, "dedup_edges")
+    return totals.get("edges", 0), totals.get("edge_checksum", 0)
 
 
 def _match_all(pattern: str) -> list[str]:
@@ -178,10 +159,10 @@ class NearDedupDriver:
         and checksum); returns the number of rounds run (the last one is ``edges-<k>``)."""
         k = 0
         while k < self.config.minhash.max_rounds:
-            result = _run(options, self._build_round(k))
+            result = run_pipeline(options, self._build_round(k))
             k += 1
-            current = (_counter(result, "dedup_edges", "edges"), _counter(result, "dedup_edges", "edge_checksum"))
-            self.largest_group = max(self.largest_group, _largest(result, "star_group_size"))
+            current = _edge_stats(result)
+            self.largest_group = max(self.largest_group, largest_value(result, "star_group_size"))
             _LOGGER.info("dedup round %d: %d edges", k, current[0])
             if current == previous:
                 break
@@ -203,15 +184,7 @@ class NearDedupDriver:
                 FileSystems.delete([FileSystems.join(self.config.index, self.own_index_part)])
             except Exception:  # object stores have no folder left to delete
                 pass
-        result = _run(options, self._build_edges)
-        k = self.run_rounds(options, (_counter(result, "dedup_edges", "edges"),
-                                      _counter(result, "dedup_edges", "edge_checksum")))
-        result = _run(options, self._build_final(k))
-        from apache_beam.metrics.metric import MetricsFilter
-
-        totals: dict[str, int] = {"cc_rounds": k, "edges": self.edges,
-                                  "largest_star_group": self.largest_group}
-        for c in result.metrics().query(MetricsFilter().with_namespace(self.stage))["counters"]:
-            value = c.committed if c.committed is not None else c.attempted
-            totals[c.key.metric.name] = totals.get(c.key.metric.name, 0) + int(value or 0)
-        return totals
+        k = self.run_rounds(options, _edge_stats(run_pipeline(options, self._build_edges)))
+        result = run_pipeline(options, self._build_final(k))
+        return {"cc_rounds": k, "edges": self.edges, "largest_star_group": self.largest_group,
+                **counter_totals(result, self.stage)}

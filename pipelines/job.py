@@ -13,14 +13,17 @@ import time
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-import apache_beam as beam
-from apache_beam.metrics.metric import MetricsFilter
+from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from apache_beam.runners.runner import PipelineResult
 
+from pipelines.beam_runs import counter_totals, run_pipeline
 from pipelines.config import JobConfig, configure_filesystems
 from pipelines.engines import shared_job_server
 from pipelines.lease import OutputLease, store_for
+from pipelines.progress import ProgressLine
+from pipelines.stage_specs import StageSpec, plan_stage, spec_of
+from pipelines.stages import StagePlan
 from pipelines.manifest import (
     Manifest,
     StageCounts,
@@ -34,8 +37,6 @@ from pipelines.manifest import (
     stage_dirs,
     write_manifest,
 )
-from pipelines.progress import ProgressLine
-from pipelines.stages import PLANNERS, StagePlan
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -63,16 +64,10 @@ def pipeline_options(config: JobConfig, cli_args: Sequence[str]) -> PipelineOpti
 def metric_totals(result: PipelineResult, stage: str) -> Optional[dict[str, int]]:
     """Counter totals of one stage's namespace, or None if the runner has no metrics."""
     try:
-        counters = result.metrics().query(MetricsFilter().with_namespace(stage))["counters"]
+        return counter_totals(result, stage)
     except (NotImplementedError, AttributeError, KeyError) as exc:
         _LOGGER.warning("runner reported no metrics for %s: %s", stage, exc)
         return None
-    totals: dict[str, int] = {}
-    for counter in counters:
-        value = counter.committed if counter.committed is not None else counter.attempted
-        name = counter.key.metric.name
-        totals[name] = totals.get(name, 0) + int(value or 0)
-    return totals
 
 
 class MetricsMissing(RuntimeError):
@@ -80,7 +75,7 @@ class MetricsMissing(RuntimeError):
 
 
 def _written_files(output: str, stage: str) -> dict[str, list[str]]:
-    docs, rejected, failed = stage_dirs(output, stage)[:3]
+    docs, rejected, failed = stage_dirs(output, stage)
     return {
         "docs": list_files(docs, "*.parquet") + list_files(docs, "*/*.parquet"),
         "rejected": list_files(rejected, "*.parquet"),
@@ -100,7 +95,7 @@ def collect_counts(output: str, plan: StagePlan, totals: Optional[dict[str, int]
                              "that reports Beam counters (FnApiRunner, Flink, Spark, Prism, Dataflow)")
     files = _written_files(output, plan.name)
     metrics = totals
-    out = parquet_rows(files["docs"]) if plan.writes_docs else metrics.get("records_out", 0)
+    out = parquet_rows(files["docs"]) if spec_of(plan.name).makes_docs else metrics.get("records_out", 0)
     rejected = parquet_rows(files["rejected"])
     failed = parquet_rows(files["failed"])
     records_in = metrics.get("records_in", 0)
@@ -108,17 +103,18 @@ def collect_counts(output: str, plan: StagePlan, totals: Optional[dict[str, int]
     by_error = {k[len("failed_"):]: v for k, v in sorted(metrics.items()) if k.startswith("failed_")}
     counts = StageCounts(records_in, out, rejected, failed, by_reason, by_error)
     outputs = files["docs"] + files["rejected"] + files["failed"]
-    if plan.name == "tokenize" and totals and totals.get("shards") is not None:
-        from pipelines.tokenize_stage import latest_version_files
-
-        outputs += latest_version_files(output)
-    if plan.name == "tokenizer":
-        outputs.append(f"{output.rstrip('/')}/tokenizer/tokenizer.model")
-    if plan.name == "crawl":
-        crawl_dir = stage_dirs(output, "crawl")[3]
-        for sub, pattern in (("warc", "*.warc.gz"), ("fetch_log", "*.parquet"), ("frontier", "*.txt")):
-            outputs += list_files(f"{crawl_dir}/{sub}", pattern)
+    if plan.outputs is not None:
+        outputs += plan.outputs(totals)
     return counts, outputs
+
+
+def clear_outputs(output: str, spec: StageSpec) -> None:
+    """Deletes the stage's manifest and outputs, then the top-level folders it owns."""
+    clear_stage(output, spec.name)
+    for area in spec.owns:
+        directory = FileSystems.join(output, area)
+        if FileSystems.exists(directory):
+            FileSystems.delete([directory])
 
 
 def run_stage(config: JobConfig, plan: StagePlan, options: PipelineOptions, force: bool,
@@ -131,21 +127,17 @@ def run_stage(config: JobConfig, plan: StagePlan, options: PipelineOptions, forc
         _LOGGER.info("stage %s: manifest matches config and inputs, skipped", plan.name)
         return StageReport(plan.name, previous.counts, True, 0.0, tuple(previous.outputs),
                            tuple(previous.extra.get("counters", {}).items()))
-    clear_stage(config.output, plan.name)
+    spec = spec_of(plan.name)
+    clear_outputs(config.output, spec)
     started, t0 = now_iso(), time.perf_counter()
     _LOGGER.info("stage %s: running on %d inputs", plan.name, len(plan.inputs))
-    beam_stage = plan.runner is None or plan.name in ("dedup_minhash", "tokenize")
-    line = (ProgressLine(plan.name, plan.input_bytes) if show_progress and beam_stage
+    line = (ProgressLine(plan.name, plan.input_bytes) if show_progress and spec.runs_beam
             else contextlib.nullcontext())
     with line:
         if plan.runner is not None:
             totals: Optional[dict[str, int]] = plan.runner(options)
         else:
-            pipeline = beam.Pipeline(options=options)
-            plan.build(pipeline)
-            result = pipeline.run()
-            result.wait_until_finish()
-            totals = metric_totals(result, plan.name)
+            totals = metric_totals(run_pipeline(options, plan.build), plan.name)
     counts, outputs = collect_counts(config.output, plan, totals)
     other = {k: v for k, v in sorted((totals or {}).items())
              if k not in ("records_in", "records_out") and not k.startswith(("rejected_", "failed_"))}
@@ -169,17 +161,14 @@ def run_stage(config: JobConfig, plan: StagePlan, options: PipelineOptions, forc
 
 def error_ratio_limit(config: JobConfig, stage: str) -> Optional[float]:
     """The share of a stage's records that may fail before the job fails:
-    ``extract.max_error_ratio`` for every document stage (the readers' failures count in
-    the extract stage's), none for the crawl (fetch errors are outcomes of a crawl)."""
-    if stage == "crawl":
-        return None
-    return config.extract.max_error_ratio
+    ``extract.max_error_ratio`` for every stage the table limits (the readers' failures
+    count in the extract stage's), none for the crawl (fetch errors are outcomes of a crawl)."""
+    return config.extract.max_error_ratio if spec_of(stage).failures_limited else None
 
 
 def first_errors(output: str, stage: str, limit: int = 3) -> list[str]:
     """The first ``limit`` failures of a stage as ``error_type: error (source@offset)``."""
     import pyarrow.parquet as pq
-    from apache_beam.io.filesystems import FileSystems
 
     lines: list[str] = []
     for path in _written_files(output, stage)["failed"]:
@@ -245,7 +234,7 @@ def run_job(config: JobConfig, cli_args: Sequence[str] = (), force: bool = False
         for stage in config.active_stages():
             try:
                 lease.check()
-                plan = PLANNERS[stage](config)
+                plan = plan_stage(config, stage)
                 reports.append(run_stage(config, plan, options, force, show_progress))
             except TooManyFailures as exc:
                 _LOGGER.error("stage %s: %s", stage, exc)

@@ -89,10 +89,7 @@ def manifest_path(output: str, stage: str) -> str:
 
 
 def stage_dirs(output: str, stage: str) -> list[str]:
-    dirs = [FileSystems.join(output, kind, stage) for kind in ("docs", "rejected", "failed")]
-    if stage == "crawl":
-        dirs.append(FileSystems.join(output, "crawl"))
-    return dirs
+    return [FileSystems.join(output, kind, stage) for kind in ("docs", "rejected", "failed")]
 
 
 def read_text(path: str) -> Optional[str]:

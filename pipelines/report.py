@@ -1,7 +1,7 @@
 """The run report: ``report/report.json`` and a self-contained ``report/report.html``.
 
 Collected from a job's output (local or any Beam filesystem URL) after its stages ran:
-the per-stage funnel from ``manifests/*.json`` (STAGES order, then any other stage found
+the per-stage funnel from ``manifests/*.json`` (stage table order, then any other stage found
 there) with drop reasons and throughput; the language, quality-signal, language-score
 and anomaly-score distributions of the clean stage's kept and rejected documents (only
 the ``lang``, ``lang_score``, ``signals`` and ``anomaly_score`` columns are read, batch
@@ -61,12 +61,13 @@ def signal_bins(table: Sequence[Rule] = RULES) -> dict[str, tuple[np.ndarray, bo
 
 
 def stage_names(output: str) -> list[str]:
-    """Stages with a manifest: ``STAGES`` order first, then unknown ones by name."""
-    from pipelines.config import STAGES
+    """Stages with a manifest: stage table order first, then unknown ones by name."""
+    from pipelines.stage_specs import known_stages
 
+    known = known_stages()
     found = {os.path.basename(p)[:-len(".json")]
              for p in list_files(FileSystems.join(output, "manifests"), "*.json")}
-    return [s for s in STAGES if s in found] + sorted(found - set(STAGES))
+    return [s for s in known if s in found] + sorted(found - set(known))
 
 
 def _seconds(manifest: Any) -> Optional[float]:

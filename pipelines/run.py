@@ -20,6 +20,7 @@ from pipelines.engines import ENGINES, EngineMissing, engine_args
 from pipelines.job import StageFailed, StageReport, run_job
 from pipelines.lease import LeaseHeld
 from pipelines.memory import cap_malloc_arenas, worker_environment
+from pipelines.stage_specs import spec_of
 from storage.redact import redact_url
 
 _LOGGER = logging.getLogger(__name__)
@@ -70,17 +71,11 @@ def format_table(reports: Sequence[StageReport]) -> str:
 
 
 def format_locations(output: str, reports: Sequence[StageReport]) -> str:
+    """Where each stage's outputs are: its ``writes`` line of the stage table."""
     lines = [f"outputs under {output}:"]
     for r in reports:
-        if r.stage == "crawl":
-            lines.append("  crawl/warc/  crawl/fetch_log/  crawl/frontier/   (WARC, fetch log, next frontier)")
-        elif r.stage == "tokenizer":
-            lines.append("  tokenizer/tokenizer.model")
-        elif r.stage == "tokenize":
-            index = next((o for o in r.outputs if o.endswith("index.json")), "tokens/<version>/index.json")
-            lines.append(f"  {index}  (shards beside it)  rejected/tokenize/")
-        else:
-            lines.append(f"  docs/{r.stage}/  rejected/{r.stage}/  failed/{r.stage}/")
+        index = next((o for o in r.outputs if o.endswith("index.json")), "tokens/<version>/index.json")
+        lines.append("  " + spec_of(r.stage).writes.format(stage=r.stage, index=index))
         lines.append(f"  manifests/{r.stage}.json")
     return "\n".join(lines)
 

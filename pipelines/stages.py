@@ -1,8 +1,10 @@
 """The stage graphs: what each stage reads, how its Beam graph is wired, what it writes.
 
 Each stage runs as its own Beam pipeline so that a finished stage is a durable,
-resumable checkpoint (its Parquet outputs plus its manifest). ``plan_<stage>`` computes
-the config hash and the input fingerprint used for resume; ``build`` wires the graph.
+resumable checkpoint (its Parquet outputs plus its manifest). ``plan_<stage>(config,
+upstream)`` computes the config hash and the input fingerprint used for resume; ``build``
+wires the graph. ``upstream`` is the document stage it reads, chosen from the stage table
+(``pipelines.stage_specs``); the crawl and extract stages read no documents and get "".
 """
 
 from __future__ import annotations
@@ -11,15 +13,14 @@ import hashlib
 import json
 import logging
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 import apache_beam as beam
 import fsspec
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.io.filesystems import FileSystems
 
-from pipelines.config import STAGES, JobConfig
-from pipelines.manifest import read_manifest
+from pipelines.manifest import list_files, read_manifest
 from pipelines.outputs import FETCH_LOG_SCHEMA, WriteParquet, WriteStageOutputs, fetch_log_row
 from transforms.clean.clean import Clean
 from transforms.crawl.crawler import Crawl
@@ -30,6 +31,9 @@ from transforms.readers.files import FileRef, match_pattern, split_ranges, stora
 from transforms.readers.inputs import ReadInputs
 from transforms.readers.warc import WarcLimits
 from transforms.routing import FAILED, StageOutputs
+
+if TYPE_CHECKING:
+    from pipelines.config import JobConfig
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -43,12 +47,14 @@ class StagePlan:
     inputs: tuple[str, ...]
     fingerprint: str
     build: Callable[[beam.Pipeline], None]
-    writes_docs: bool = True
     # A stage made of several pipelines runs itself and returns its counter totals.
     runner: Optional[Callable[[PipelineOptions], dict[str, int]]] = None
     # Facts the stage learnt while running, recorded in its manifest (e.g. a model hash).
     info: Optional[Callable[[], dict[str, object]]] = None
     input_bytes: Optional[int] = None  # known input size: the progress line shows an ETA
+    # Files it wrote besides docs/, rejected/ and failed/, listed in its manifest (given
+    # its counter totals).
+    outputs: Optional[Callable[[dict[str, int]], list[str]]] = None
 
 
 def _fingerprint(items: Sequence[object]) -> str:
@@ -69,7 +75,7 @@ def crawl_seeds(config: JobConfig) -> tuple[str, ...]:
     return tuple(seeds)
 
 
-def plan_crawl(config: JobConfig) -> StagePlan:
+def plan_crawl(config: JobConfig, upstream: str) -> StagePlan:
     section = config.crawl
     if section is None:
         raise ValueError("crawl stage planned without a crawl section")
@@ -94,13 +100,19 @@ def plan_crawl(config: JobConfig) -> StagePlan:
         result.failed | "WriteFailed" >> WriteParquet(
             join(output, "failed", "crawl"), FAILED_SCHEMA, failure_to_row)
 
+    def outputs(totals: dict[str, int]) -> list[str]:
+        crawl_dir = FileSystems.join(output, "crawl")
+        return [path for sub, pattern in (("warc", "*.warc.gz"), ("fetch_log", "*.parquet"),
+                                          ("frontier", "*.txt"))
+                for path in list_files(f"{crawl_dir}/{sub}", pattern)]
+
     return StagePlan(
         name="crawl",
         config_hash=config.section_hash("crawl"),
         inputs=tuple(seeds[:100]),
         fingerprint=_fingerprint(seeds),
         build=build,
-        writes_docs=False,
+        outputs=outputs,
     )
 
 
@@ -123,7 +135,7 @@ def _extract_inputs(config: JobConfig) -> list[tuple[str, FileRef]]:
     return files
 
 
-def plan_extract(config: JobConfig) -> StagePlan:
+def plan_extract(config: JobConfig, upstream: str) -> StagePlan:
     files = _extract_inputs(config)
     fields_by_format = {spec.format: spec.fields() for spec in config.inputs}
     limits = WarcLimits(config.read.max_payload_bytes, config.read.max_failed_raw_bytes)
@@ -184,13 +196,13 @@ class ReadDocs(beam.PTransform):
         )
 
 
-def plan_clean(config: JobConfig) -> StagePlan:
+def plan_clean(config: JobConfig, upstream: str) -> StagePlan:
     clean = config.clean
     if clean is None:
         raise ValueError("clean stage planned without a clean section")
     from models.files import local_copy, sha256_file
 
-    files, upstream = upstream_docs(config, "extract")
+    files, fingerprint = upstream_docs(config, upstream)
     models = [sha256_file(local_copy(p)) for p in (clean.langid.model, clean.quality.model) if p]
     if clean.anomaly.model:  # a directory of versions: the chosen version's metadata (file hashes inside)
         from models.anomaly import read_current
@@ -208,29 +220,16 @@ def plan_clean(config: JobConfig) -> StagePlan:
         name=stage,
         config_hash=config.section_hash("clean"),
         inputs=tuple(files),
-        fingerprint=_fingerprint([upstream, models]),
+        fingerprint=_fingerprint([fingerprint, models]),
         build=build,
     )
 
 
-def _docs_before(config: JobConfig, stage: str) -> str:
-    """The nearest earlier document-writing stage of this job: configured, and either
-    part of this run or finished before (its manifest exists)."""
-    from pipelines.corpus import DOC_STAGES
-
-    earlier = [s for s in DOC_STAGES
-               if STAGES.index(s) < STAGES.index(stage)
-               and (s == "extract" or getattr(config, s.split("_")[0], None) is not None)]
-    stages = config.active_stages()
-    present = [s for s in earlier if s in stages or read_manifest(config.output, s) is not None]
-    return present[-1] if present else "extract"
-
-
-def plan_dedup_exact(config: JobConfig) -> StagePlan:
+def plan_dedup_exact(config: JobConfig, upstream: str) -> StagePlan:
     dedup = config.dedup
     if dedup is None:
         raise ValueError("dedup stage planned without a dedup section")
-    files, upstream = upstream_docs(config, _docs_before(config, "dedup_exact"))
+    files, fingerprint = upstream_docs(config, upstream)
     stage = "dedup_exact"
 
     def build(pipeline: beam.Pipeline) -> None:
@@ -238,27 +237,27 @@ def plan_dedup_exact(config: JobConfig) -> StagePlan:
         outputs | "WriteOutputs" >> WriteStageOutputs(config.output, stage)
 
     return StagePlan(name=stage, config_hash=config.section_hash("dedup"), inputs=tuple(files),
-                     fingerprint=_fingerprint([upstream]), build=build)
+                     fingerprint=_fingerprint([fingerprint]), build=build)
 
 
-def plan_dedup_minhash(config: JobConfig) -> StagePlan:
+def plan_dedup_minhash(config: JobConfig, upstream: str) -> StagePlan:
     dedup = config.dedup
     if dedup is None:
         raise ValueError("dedup stage planned without a dedup section")
     from pipelines.dedup_stage import NearDedupDriver
 
-    files, upstream = upstream_docs(config, "dedup_exact")
+    files, fingerprint = upstream_docs(config, upstream)
     previous = read_manifest(config.output, "dedup_minhash")
     own = str(previous.extra.get("index_part", "")) if previous is not None and dedup.index else ""
     driver = NearDedupDriver(dedup, config.output, files, ReadDocs, own_index_part=own)
     index = driver.index_files()  # earlier runs' parts, not the one this output wrote
     return StagePlan(name="dedup_minhash", config_hash=config.section_hash("dedup"), inputs=tuple(files),
-                     fingerprint=_fingerprint([upstream, sorted(index)]), build=lambda p: None,
+                     fingerprint=_fingerprint([fingerprint, sorted(index)]), build=lambda p: None,
                      runner=driver.run,
                      info=lambda: {"index_part": driver.index_part} if dedup.index else {})
 
 
-def plan_label(config: JobConfig) -> StagePlan:
+def plan_label(config: JobConfig, upstream: str) -> StagePlan:
     from datetime import datetime, timezone
 
     from models.labeller import resolve_version
@@ -268,7 +267,7 @@ def plan_label(config: JobConfig) -> StagePlan:
     label = config.label
     if label is None:
         raise ValueError("label stage planned without a label section")
-    files, upstream = upstream_docs(config, _docs_before(config, "label"))
+    files, fingerprint = upstream_docs(config, upstream)
     versions = [resolve_version(s.model, s.version) for s in label.sets]
     reviews = review_files(config.output)  # accepted human labels, read inside the pipeline
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
@@ -289,18 +288,17 @@ def plan_label(config: JobConfig) -> StagePlan:
 
     return StagePlan(
         name=stage, config_hash=config.section_hash("label"), inputs=tuple(files),
-        fingerprint=_fingerprint([upstream, versions, reviews]), build=build,
+        fingerprint=_fingerprint([fingerprint, versions, reviews]), build=build,
         info=lambda: {"model_versions": dict(zip([s.name for s in label.sets], versions)),
                       "review_files": len(reviews), "review_queue": queue_dir})
 
 
-def plan_tokenizer(config: JobConfig) -> StagePlan:
+def plan_tokenizer(config: JobConfig, upstream: str) -> StagePlan:
     from pipelines.tokenize_stage import tokenizer_path, train_tokenizer
 
     tokenize = config.tokenize
     if tokenize is None:
         raise ValueError("tokenizer stage planned without a tokenize section")
-    upstream = _docs_before(config, "tokenizer")
     files, fingerprint = upstream_docs(config, upstream)
     out = tokenizer_path(config.output)
 
@@ -312,33 +310,22 @@ def plan_tokenizer(config: JobConfig) -> StagePlan:
         return {"records_in": meta["documents"], "records_out": meta["documents"]}
 
     return StagePlan(name="tokenizer", config_hash=config.section_hash("tokenize"), inputs=tuple(files),
-                     fingerprint=_fingerprint([fingerprint]), build=lambda p: None, writes_docs=False,
-                     runner=runner)
+                     fingerprint=_fingerprint([fingerprint]), build=lambda p: None, runner=runner,
+                     outputs=lambda totals: [f"{config.output.rstrip('/')}/tokenizer/tokenizer.model"])
 
 
-def plan_tokenize(config: JobConfig) -> StagePlan:
-    from pipelines.tokenize_stage import TokenizeDriver
+def plan_tokenize(config: JobConfig, upstream: str) -> StagePlan:
+    from pipelines.tokenize_stage import TokenizeDriver, latest_version_files
 
     tokenize = config.tokenize
     if tokenize is None:
         raise ValueError("tokenize stage planned without a tokenize section")
-    upstream = _docs_before(config, "tokenizer")
     files, fingerprint = upstream_docs(config, upstream)
     driver = TokenizeDriver(tokenize, config.output, files, ReadDocs, upstream,
                             config.section_hash("tokenize", "storage"), storage=config.storage)
     model_manifest = read_manifest(config.output, "tokenizer") if not tokenize.model else None
     return StagePlan(name="tokenize", config_hash=config.section_hash("tokenize", "storage"), inputs=tuple(files),
                      fingerprint=_fingerprint([fingerprint, model_manifest.finished_at if model_manifest else tokenize.model]),
-                     build=lambda p: None, writes_docs=False, runner=driver.run, info=driver.info)
-
-
-PLANNERS: dict[str, Callable[[JobConfig], StagePlan]] = {
-    "tokenizer": plan_tokenizer,
-    "tokenize": plan_tokenize,
-    "crawl": plan_crawl,
-    "extract": plan_extract,
-    "clean": plan_clean,
-    "dedup_exact": plan_dedup_exact,
-    "dedup_minhash": plan_dedup_minhash,
-    "label": plan_label,
-}
+                     build=lambda p: None, runner=driver.run, info=driver.info,
+                     outputs=lambda totals: (latest_version_files(config.output)
+                                             if totals.get("shards") is not None else []))

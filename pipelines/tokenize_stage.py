@@ -41,6 +41,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from pipelines.beam_runs import counter_totals, run_pipeline
 from pipelines.manifest import read_manifest, read_text, write_text_atomic
 from pipelines.outputs import WriteParquet
 from storage.index import INDEX_VERSION, MAX_TOKEN_ID, check_version_name
@@ -190,10 +191,12 @@ class TokenizeDriver:
     def _fingerprint(self, options: PipelineOptions) -> tuple[int, int]:
         """(documents, fingerprint sum) of the input documents: a Beam pipeline."""
         out = FileSystems.join(self.work, "fingerprint")
-        pipeline = beam.Pipeline(options=options)
-        (pipeline | "ReadDocs" >> self.read_docs(self.files) | "Fingerprint" >> FingerprintDocs()
-         | "Write" >> beam.io.WriteToText(FileSystems.join(out, "part")))
-        pipeline.run().wait_until_finish()
+
+        def build(pipeline: beam.Pipeline) -> None:
+            (pipeline | "ReadDocs" >> self.read_docs(self.files) | "Fingerprint" >> FingerprintDocs()
+             | "Write" >> beam.io.WriteToText(FileSystems.join(out, "part")))
+
+        run_pipeline(options, build)
         [line] = _read_records(out)
         return int(line["documents"]), int(line["sum"], 16)
 
@@ -255,17 +258,9 @@ class TokenizeDriver:
         return None
 
     def _tokenize(self, options: PipelineOptions) -> dict[str, int]:
-        from apache_beam.metrics.metric import MetricsFilter
-
-        pipeline = beam.Pipeline(options=options)
-        self._build(pipeline)
-        result = pipeline.run()
-        result.wait_until_finish()
-        totals: dict[str, int] = {"shards": len(_read_records(FileSystems.join(self.work, "shards")))}
-        for c in result.metrics().query(MetricsFilter().with_namespace("tokenize"))["counters"]:
-            value = c.committed if c.committed is not None else c.attempted
-            totals[c.key.metric.name] = totals.get(c.key.metric.name, 0) + int(value or 0)
-        return totals
+        result = run_pipeline(options, self._build)
+        return {"shards": len(_read_records(FileSystems.join(self.work, "shards"))),
+                **counter_totals(result, "tokenize")}
 
     def _publish_rejected(self) -> None:
         """The version's rejected documents, copied to ``rejected/tokenize/`` (the stage's

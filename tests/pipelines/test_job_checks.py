@@ -77,8 +77,7 @@ def test_an_absent_input_counter_is_zero_not_the_sum(tmp_path):
     """Files written but no records_in counter: the counts must not reconcile."""
     from pipelines.stages import StagePlan
 
-    plan = StagePlan(name="tokenizer", config_hash="x", inputs=(), fingerprint="f", build=lambda p: None,
-                     writes_docs=False)
+    plan = StagePlan(name="tokenizer", config_hash="x", inputs=(), fingerprint="f", build=lambda p: None)
     counts, _ = job.collect_counts(str(tmp_path), plan, {"records_out": 5})
     assert counts.records_in == 0 and counts.out == 5 and not counts.reconciles
 

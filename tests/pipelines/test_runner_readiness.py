@@ -17,7 +17,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines.config import JobConfig, from_mapping
 from pipelines.manifest import Manifest, StageCounts, write_manifest
-from pipelines.stages import PLANNERS
+from pipelines.stage_specs import plan_stage
 from tests.conftest import shared
 from tests.labelmodels import label_data, label_section  # noqa: F401  (fixture)
 
@@ -78,7 +78,7 @@ def test_every_stage_graph_builds_and_pickles(tmp_path, runner, label_data):
     options = PipelineOptions(RUNNERS[runner])
     total = 0
     for stage in config.active_stages():
-        plan = PLANNERS[stage](config)
+        plan = plan_stage(config, stage)
         pipeline = beam.Pipeline(options=options)
         if plan.runner is None:
             plan.build(pipeline)
