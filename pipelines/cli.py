@@ -16,7 +16,7 @@ from typing import Optional
 
 _LOGGER = logging.getLogger(__name__)
 
-__all__ = ["setup_logging"]
+__all__ = ["import_beam_quietly", "setup_logging"]
 
 
 def setup_logging(level: int = logging.INFO, fmt: Optional[str] = None) -> None:
@@ -27,8 +27,15 @@ def setup_logging(level: int = logging.INFO, fmt: Optional[str] = None) -> None:
     else:
         logging.basicConfig(level=level, force=True, format=fmt)
     logging.getLogger("apache_beam").setLevel(max(level, logging.WARNING))
+    import_beam_quietly()
+
+
+def import_beam_quietly() -> None:
+    """Imports Beam with its import-time notices held back (``pipelines/__init__`` does,
+    so no command of the package prints them)."""
+    previous = logging.root.manager.disable
     logging.disable(logging.WARNING)
     try:
         import apache_beam  # noqa: F401  (its import logs on the root logger: held back here)
     finally:
-        logging.disable(logging.NOTSET)
+        logging.disable(previous)

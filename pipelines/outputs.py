@@ -58,7 +58,7 @@ class WriteParquet(beam.PTransform):
         self._schema = schema
         self._to_row = to_row
 
-    def expand(self, pcoll: beam.PCollection) -> beam.PCollection:
+    def expand(self, pcoll: beam.PCollection[Any]) -> beam.PCollection[str]:  # the files written
         return (
             pcoll
             | "ToRows" >> beam.Map(self._to_row)

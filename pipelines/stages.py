@@ -25,7 +25,7 @@ from pipelines.outputs import FETCH_LOG_SCHEMA, WriteParquet, WriteStageOutputs,
 from transforms.clean.clean import Clean
 from transforms.crawl.crawler import Crawl
 from transforms.dedup.dedup import ExactDedup
-from transforms.doc import FAILED_SCHEMA, REJECTED_SCHEMA, doc_from_row, failure_to_row, rejected_to_row
+from transforms.doc import FAILED_SCHEMA, REJECTED_SCHEMA, Doc, doc_from_row, failure_to_row, rejected_to_row
 from transforms.extract.extract import ExtractText
 from transforms.readers.files import FileRef, match_pattern, split_ranges, storage_options_for
 from transforms.readers.inputs import ReadInputs
@@ -185,7 +185,7 @@ class ReadDocs(beam.PTransform):
         super().__init__()
         self._files = list(files)
 
-    def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection:
+    def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection[Doc]:
         if not self._files:
             return pbegin | "NoDocs" >> beam.Create([])
         return (

@@ -30,7 +30,10 @@ def test_console_scripts_are_the_python_m_commands(script):
     (["pipelines.labeller", "train", "--config", "missing.yaml", "--set", "topic", "--seed", "x.jsonl"],
      "config error: missing.yaml: config file not found\n"),
     (["pipelines.anomaly", "train", "--config", "missing.yaml"], "config error: missing.yaml: config file not found\n"),
-], ids=["tiers", "quality", "labeller", "anomaly"])
+    (["pipelines.report", "--help"], ""),
+    (["pipelines.review", "--help"], ""),
+    (["pipelines.engines", "--help"], ""),
+], ids=["tiers", "quality", "labeller", "anomaly", "report", "review", "engines"])
 def test_commands_without_a_pipeline_print_nothing_of_beams(argv, stderr):
     """Beam logs notices about optional Google Cloud clients when it is imported ("apitools
     not found"); these commands import it (the config, the filesystems) but run nothing."""

@@ -1,4 +1,4 @@
-"""House style: every PTransform of transforms/ says what its expand takes and returns
+"""House style: every PTransform of transforms/ and pipelines/ says what its expand takes and returns
 (``beam.PCollection[Doc]``, not a bare ``beam.PCollection``)."""
 
 from __future__ import annotations
@@ -9,12 +9,15 @@ import pkgutil
 
 import apache_beam as beam
 
+import pipelines
 import transforms
 
 
 def _ptransforms() -> list[type]:
     found = []
-    for info in pkgutil.walk_packages(transforms.__path__, "transforms."):
+    infos = [*pkgutil.walk_packages(transforms.__path__, "transforms."),
+             *pkgutil.walk_packages(pipelines.__path__, "pipelines.")]
+    for info in infos:
         module = importlib.import_module(info.name)
         found += [cls for _, cls in inspect.getmembers(module, inspect.isclass)
                   if issubclass(cls, beam.PTransform) and cls.__module__ == info.name]
@@ -23,7 +26,8 @@ def _ptransforms() -> list[type]:
 
 def test_every_expand_names_its_element_types():
     classes = _ptransforms()
-    assert {"Clean", "ExactDedup", "ExtractText", "LabelDocs", "TokenizeToShards"} <= {c.__name__ for c in classes}
+    assert {"Clean", "ExactDedup", "ExtractText", "LabelDocs", "TokenizeToShards", "ReadDocs",
+            "WriteParquet", "WriteStageOutputs"} <= {c.__name__ for c in classes}
     bare = []
     for cls in classes:
         signature = inspect.signature(cls.expand)
