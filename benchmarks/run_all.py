@@ -11,13 +11,14 @@ from __future__ import annotations
 import sys
 
 from benchmarks import (bench_anomaly, bench_crawl, bench_dedup_quality, bench_extract, bench_langid,
-                        bench_loader, bench_minhash, bench_tiers, bench_tokenize, bench_warc)
+                        bench_langid_mixed, bench_loader, bench_minhash, bench_tiers, bench_tokenize, bench_warc)
 
 BENCHMARKS = (
     ("extraction", bench_extract.main, []),
     ("warc reader", bench_warc.main, []),
     ("crawler", bench_crawl.main, []),
     ("language id", lambda argv: bench_langid.main(), []),
+    ("language id, mixed documents", bench_langid_mixed.main, []),
     ("anomaly detector", bench_anomaly.main, []),
     ("minhash signatures", bench_minhash.main, []),
     ("near-duplicate quality", bench_dedup_quality.main, []),

@@ -109,7 +109,9 @@ class Doc:
     title: str = ""
     lang_hint: str = ""  # <html lang>, Content-Language or the input's own field
     lang: str = ""
-    lang_score: float = 0.0
+    lang_score: float = 0.0  # the share of the text in ``lang`` x fastText's confidence
+    lang2: str = ""  # the second language of a mixed text ("" when there is none)
+    lang2_share: float = 0.0  # its share of the text (models.fasttext_models.LanguageMix)
     signals: Optional[Signals] = None
     anomaly_score: Optional[float] = None  # the combined detector score (anomaly_scores: each)
     quality_score: Optional[float] = None
@@ -193,6 +195,8 @@ DOC_FIELDS: list[pa.Field] = [
     pa.field("lang_hint", pa.string()),
     pa.field("lang", pa.string()),
     pa.field("lang_score", pa.float64()),
+    pa.field("lang2", pa.string()),
+    pa.field("lang2_share", pa.float64()),
     pa.field("signals", SIGNALS_TYPE),
     pa.field("anomaly_score", pa.float64()),
     pa.field("quality_score", pa.float64()),
@@ -233,6 +237,8 @@ def doc_to_row(doc: Doc) -> dict[str, Any]:
         "lang_hint": doc.lang_hint,
         "lang": doc.lang,
         "lang_score": doc.lang_score,
+        "lang2": doc.lang2,
+        "lang2_share": doc.lang2_share,
         "signals": dict(vars(signals)) if signals is not None else None,  # flat: no asdict recursion
         "anomaly_score": doc.anomaly_score,
         "quality_score": doc.quality_score,
@@ -246,7 +252,7 @@ def doc_to_row(doc: Doc) -> dict[str, Any]:
 
 def doc_from_row(row: dict[str, Any]) -> Doc:
     """The ``Doc`` of a Parquet row written by ``doc_to_row`` (extra columns ignored;
-    columns added later, such as ``anomaly_scores``, may be missing)."""
+    columns added later, such as ``lang2`` and ``anomaly_scores``, may be missing)."""
     signals = row.get("signals")
     scores = row.get("anomaly_scores")
     return Doc(
@@ -259,6 +265,8 @@ def doc_from_row(row: dict[str, Any]) -> Doc:
         lang_hint=row.get("lang_hint") or "",
         lang=row.get("lang") or "",
         lang_score=row.get("lang_score") or 0.0,
+        lang2=row.get("lang2") or "",
+        lang2_share=row.get("lang2_share") or 0.0,
         signals=Signals(**signals) if signals else None,
         anomaly_score=row.get("anomaly_score"),
         quality_score=row.get("quality_score"),

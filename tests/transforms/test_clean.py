@@ -147,3 +147,19 @@ def test_each_detector_score_is_written_and_the_combined_one_decides(clean_model
                         equal_to([(i, "anomaly") for i in expected]), label="rejected")
             assert_that(out.kept | beam.Map(lambda d: d.anomaly_scores is not None),
                         equal_to([True] * 6), label="kept scored")
+
+
+def test_annotate_records_the_second_language_of_a_mixed_document():
+    def run(lang: str, min_chars: int) -> str:
+        lines = shared("langid", "lingua_sentences", f"{lang}.txt").read_text(encoding="utf-8").splitlines()
+        out: list[str] = []
+        while len("\n".join(out)) < min_chars:
+            out.append(lines[len(out)])
+        return "\n".join(out)
+
+    cfg = CleanConfig(langid=LangIdConfig(model=str(shared("models", "lid.176.ftz")), languages=("de",)))
+    short, mixed = run("de", 900), run("en", 1200) + "\n" + run("de", 5000)
+    (one, two), _ = annotate([doc("short", short), doc("mixed", mixed)], Models(cfg), cfg)
+    assert (one.lang, one.lang2, one.lang2_share) == ("de", "", 0.0)
+    assert (two.lang, two.lang2) == ("de", "en") and 0.1 < two.lang2_share < 0.3
+    assert select(two, cfg, None) is None  # kept: the first 1,000 characters alone said English
