@@ -20,16 +20,26 @@ from pipelines.engines import ENGINES, EngineMissing, engine_args
 from pipelines.job import StageFailed, StageReport, run_job
 from pipelines.lease import LeaseHeld
 from pipelines.memory import cap_malloc_arenas, worker_environment
-from pipelines.stage_specs import spec_of
+from pipelines.stage_specs import STAGE_SPECS, spec_of
 from storage.redact import redact_url
 
 _LOGGER = logging.getLogger(__name__)
+
+
+def stages_help() -> str:
+    """The stages, in pipeline order, one line each: name, config section, what it does."""
+    width = max(len(spec.name) for spec in STAGE_SPECS)
+    lines = ["stages, in pipeline order (without --stages or stages:, those whose config section is set;",
+             "every config key: docs/CONFIG.md):"]
+    lines += [f"  {spec.name:<{width}}  {spec.section + ':':<10} {spec.does}" for spec in STAGE_SPECS]
+    return "\n".join(lines)
 
 
 def parse_args(argv: Optional[Sequence[str]]) -> tuple[argparse.Namespace, list[str]]:
     parser = argparse.ArgumentParser(
         prog="python -m pipelines.run",
         description="Run tokenfactory stages. Unknown --options are Beam pipeline options.",
+        epilog=stages_help(), formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--config", required=True, help="YAML job config (configs/*.yaml)")
     parser.add_argument("--stages", help="comma-separated stages to run (default: all configured)")
