@@ -46,7 +46,12 @@ INT_RANGE = (-(1 << 63), (1 << 63) - 1)  # integer keys end up in Parquet, Beam 
 
 @dataclass(frozen=True)
 class InputConfig:
-    """One input: a path, URL or glob (local, https://, s3://) and its format."""
+    """One input: a path, URL or glob (local, https://, s3://) and its format.
+
+    The ``*_field`` keys name JSONL / Parquet fields; a name with dots reads nested objects
+    (Dolma's ``metadata.url``) or Parquet struct columns. A record that lacks (or holds
+    null in) an optional field whose name the config sets, not left at its default, is
+    counted as ``missing_<field>`` (e.g. ``missing_url``) in the run's table."""
 
     format: str  # warc | wet | arc | jsonl | parquet
     path: str  # a file, a glob (``data/*.jsonl.gz``) or a URL; compression from the name
