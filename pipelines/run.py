@@ -19,6 +19,7 @@ from pipelines.config import ConfigError, JobConfig, load_config
 from pipelines.engines import ENGINES, EngineMissing, engine_args
 from pipelines.job import StageFailed, StageReport, run_job
 from pipelines.lease import LeaseHeld
+from pipelines.manifest import read_manifest
 from pipelines.memory import cap_malloc_arenas, worker_environment
 from pipelines.stage_specs import STAGE_SPECS, spec_of
 from storage.redact import redact_url
@@ -91,6 +92,23 @@ def format_locations(output: str, reports: Sequence[StageReport]) -> str:
     return "\n".join(lines)
 
 
+def review_queue_line(output: str, reports: Sequence[StageReport]) -> str:
+    """Where this run's label stage queued documents for human review, with the command
+    that opens the queue; "" when the job has no label stage. A resumed stage names
+    the queue of the run that wrote it (its manifest's ``review_queue``)."""
+    report = next((r for r in reports if r.stage == "label"), None)
+    if report is None:
+        return ""
+    queued = dict(report.counters).get("review_queued", 0)
+    manifest = read_manifest(output, "label")
+    queue = str(manifest.extra.get("review_queue", "")) if manifest is not None else ""
+    if not queued or not queue:
+        return "review queue: none (no uncertain document to queue)"
+    shown = os.path.abspath(queue) if "://" not in queue else redact_url(queue)
+    return (f"review queue: {shown} ({queued} documents)\n"
+            f"  review them: python -m pipelines.review serve --queue {shown} --out answers.jsonl")
+
+
 def write_run_report(config: JobConfig) -> str:
     """Writes the run report; a failure is logged and never fails the job (its stages
     ran). Returns the line to print."""
@@ -161,6 +179,9 @@ def main(argv: Optional[Sequence[str]] = None, out: TextIO = sys.stdout) -> int:
                          "whose worker died needs none)\n")
         return 1
     out.write("\n" + format_table(reports) + "\n\n" + format_locations(config.output, reports) + "\n")
+    queue = review_queue_line(config.output, reports)
+    if queue:
+        out.write(queue + "\n")
     if not args.no_report:
         out.write(write_run_report(config) + "\n")
     return 0 if all(r.counts.reconciles for r in reports) else 1

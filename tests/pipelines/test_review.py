@@ -105,11 +105,14 @@ def labelled(output: Path) -> dict[str, dict]:
 def test_review_loop_end_to_end(tmp_path):
     data = write_label_data(tmp_path / "data")  # own model dir: retrain writes versions
     config = write_job(tmp_path, data)
-    run(config)
+    printed = run(config)
     out = tmp_path / "out"
     first = labelled(out)
     assert len(first) == 800 and all(lab["origin"] == "model" for lab in first.values())
     queue_dir = glob.glob(str(out / "review" / "queue-*"))[0]
+    # the run ends by naming the queue and the command that opens it (issue 18, item 10)
+    assert f"review queue: {queue_dir} (20 documents)\n" in printed
+    assert f"pipelines.review serve --queue {queue_dir} --out answers.jsonl" in printed
     ls_tasks = json.loads(Path(queue_dir, "tasks.json").read_text())
     assert len(ls_tasks) == 20
     assert ET.fromstring(Path(queue_dir, "label_config.xml").read_text()).find("Choices").get("name") == "language"
