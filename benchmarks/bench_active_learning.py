@@ -88,7 +88,7 @@ def run_trial(langs: list[str], pool: list[tuple[str, str]], test: list[tuple[st
     for step in range(rounds + 1):
         params = TrainParams(**{**PARAMS.__dict__, "seed": trial})
         model, _ = train_labeller([t for t, _ in labelled], [lab for _, lab in labelled], "language", langs,
-                                  None, params)
+                                  None, params, allow_uncalibrated=True)  # the cold-start seed model
         results.append({"labels": len(labelled), **evaluate(model, test)})
         if step == rounds:
             break

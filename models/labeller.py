@@ -12,7 +12,9 @@ the rest, fits a temperature on the held-out part (minimum negative log-likeliho
 Guo et al. 2017) and measures reliability (expected calibration error and per-bin
 accuracy) before and after, then trains the final model on all examples with the same
 hyper-parameters and keeps the fitted temperature. ``Labeller.predict_proba`` gives the
-calibrated distribution over the taxonomy for a batch of texts.
+calibrated distribution over the taxonomy for a batch of texts. Too few examples to
+calibrate (``MIN_CALIBRATION_EXAMPLES`` held out) is an error unless an uncalibrated
+model is asked for (``allow_uncalibrated``; a cold-start seed model for the review loop).
 
 The train and retrain commands are ``python -m pipelines.labeller`` (``pipelines/labeller.py``).
 """
@@ -22,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -227,15 +230,42 @@ def _fit(texts: Sequence[str], labels: Sequence[str], params: TrainParams) -> ob
                           maxn=params.maxn, minCount=params.min_count, bucket=params.bucket)
 
 
+# Held-out examples needed to fit the temperature. One parameter fitted by NLL needs few
+# points, but the reliability measured on them (10 confidence bins) is noise below ~3 per
+# bin, and on the benchmark's real labels (docs/BENCHMARKS.md, review loop) 20 held out
+# (100 labels) left the model uncalibrated with ECE 0.34, while 30+ brought it to
+# 0.01-0.07. Uncalibrated, fastText's softmax is under-confident on small sets, so nearly
+# every document falls below ``accept_threshold`` and goes to review.
 MIN_CALIBRATION_EXAMPLES = 30
+
+
+def _check_calibratable(name: str, examples: int, held: int, params: TrainParams, allow: bool) -> None:
+    """``ValueError`` naming the set and the counts when fewer than
+    ``MIN_CALIBRATION_EXAMPLES`` are held out, unless ``allow`` (then a warning)."""
+    if held >= MIN_CALIBRATION_EXAMPLES:
+        return
+    needed = math.ceil(MIN_CALIBRATION_EXAMPLES / params.holdout_fraction) if params.holdout_fraction else 0
+    message = (f"label set {name!r}: {examples} examples put {held} in the hash-chosen "
+               f"{params.holdout_fraction:.0%} held out to calibrate the confidences; at least "
+               f"{MIN_CALIBRATION_EXAMPLES} are needed"
+               + (f" (about {needed} examples)" if needed else "")
+               + ". Uncalibrated, the model's confidences are fastText's raw ones (under-confident on "
+                 "small sets): nearly every document would fall below accept_threshold and go to review")
+    if not allow:
+        raise ValueError(f"{message}. Add labelled examples, or train an uncalibrated seed model "
+                         "explicitly (--allow-uncalibrated)")
+    _LOGGER.warning("%s; training it UNCALIBRATED as asked (allow_uncalibrated)", message)
 
 
 def train_labeller(texts: Sequence[str], labels: Sequence[str], name: str, values: Sequence[str],
                    model_dir: Optional[str] = None, params: TrainParams = TrainParams(),
-                   extra_meta: Optional[dict[str, object]] = None) -> tuple["Labeller", dict[str, object]]:
+                   extra_meta: Optional[dict[str, object]] = None,
+                   allow_uncalibrated: bool = False) -> tuple["Labeller", dict[str, object]]:
     """Trains, calibrates and (when ``model_dir`` is given) saves a new version.
 
-    Every label must be one of ``values``; empty texts are dropped. Returns the loaded
+    Every label must be one of ``values``; empty texts are dropped. Fewer than
+    ``MIN_CALIBRATION_EXAMPLES`` held out raise ``ValueError`` unless
+    ``allow_uncalibrated`` (the model then keeps temperature 1). Returns the loaded
     model and its metadata (also written to ``meta.json``)."""
     values = tuple(values)
     bad = sorted({lab for lab in labels if lab not in values})
@@ -247,6 +277,7 @@ def train_labeller(texts: Sequence[str], labels: Sequence[str], name: str, value
                          f"got {sorted({lab for _, lab in pairs})}")
     held = [p for p in pairs if is_holdout(p[0], p[1], params.holdout_fraction, params.seed)]
     train = [p for p in pairs if not is_holdout(p[0], p[1], params.holdout_fraction, params.seed)]
+    _check_calibratable(name, len(pairs), len(held), params, allow_uncalibrated)
     temperature, before, after = 1.0, None, None
     if len(held) >= MIN_CALIBRATION_EXAMPLES and len({lab for _, lab in train}) >= 2:
         model = _fit([t for t, _ in train], [lab for _, lab in train], params)

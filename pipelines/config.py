@@ -46,15 +46,24 @@ INT_RANGE = (-(1 << 63), (1 << 63) - 1)  # integer keys end up in Parquet, Beam 
 
 @dataclass(frozen=True)
 class InputConfig:
-    """One input: a path, URL or glob (local, https://, s3://) and its format."""
+    """One input: a path, URL or glob (local, https://, s3://) and its format.
 
-    format: str
-    path: str
+    The ``*_field`` keys name JSONL / Parquet fields; a name with dots reads nested objects
+    (Dolma's ``metadata.url``) or Parquet struct columns. A record that lacks (or holds
+    null in) an optional field whose name the config sets, not left at its default, is
+    counted as ``missing_<field>`` (e.g. ``missing_url``) in the run's table."""
+
+    format: str  # warc | wet | arc | jsonl | parquet
+    path: str  # a file, a glob (``data/*.jsonl.gz``) or a URL; compression from the name
+    # JSONL / Parquet: the field holding the text; a dotted path reads a nested field
+    # (``metadata.text``); a record without it goes to failed/extract/ (bad_record)
     text_field: str = "text"
+    # JSONL / Parquet: the document id (dotted paths too); without one a record's id is a
+    # hash of its file and position
     id_field: str = "id"
-    url_field: str = "url"
-    fetched_at_field: str = "fetched_at"
-    lang_field: str = "lang"
+    url_field: str = "url"  # JSONL / Parquet: the URL (Dolma: ``metadata.url``)
+    fetched_at_field: str = "fetched_at"  # JSONL / Parquet: the fetch or creation time (Dolma: ``created``)
+    lang_field: str = "lang"  # JSONL / Parquet: a language given by the source (kept as a hint)
 
     def __post_init__(self) -> None:
         if self.format not in INPUT_FORMATS:
@@ -71,23 +80,23 @@ class InputConfig:
 class CrawlSection:
     """The ``crawl:`` section (flat in YAML; see ``CrawlConfig`` and ``FetchPolicy``)."""
 
-    seeds: tuple[str, ...] = ()
-    seeds_file: str = ""
-    user_agent: str = FetchPolicy.user_agent
-    min_delay_s: float = FetchPolicy.min_delay_s
-    timeout_s: float = FetchPolicy.timeout_s
-    max_retries: int = FetchPolicy.max_retries
-    backoff_s: float = FetchPolicy.backoff_s
-    max_backoff_s: float = FetchPolicy.max_backoff_s
-    max_bytes: int = FetchPolicy.max_bytes
-    allowed_content_types: tuple[str, ...] = FetchPolicy.allowed_content_types
-    max_redirects: int = CrawlConfig.max_redirects
-    max_pages_per_host: int = CrawlConfig.max_pages_per_host
-    max_depth: int = CrawlConfig.max_depth
-    respect_robots: bool = CrawlConfig.respect_robots
-    allow_patterns: tuple[str, ...] = ()
-    deny_patterns: tuple[str, ...] = ()
-    warc_max_bytes: int = CrawlConfig.warc_max_bytes
+    seeds: tuple[str, ...] = ()  # start URLs
+    seeds_file: str = ""  # a file of start URLs, one a line (with or instead of ``seeds``)
+    user_agent: str = FetchPolicy.user_agent  # sent with every request and matched against robots.txt
+    min_delay_s: float = FetchPolicy.min_delay_s  # seconds between two requests to one host
+    timeout_s: float = FetchPolicy.timeout_s  # per request
+    max_retries: int = FetchPolicy.max_retries  # retries of a failed request (timeouts, 429, 5xx)
+    backoff_s: float = FetchPolicy.backoff_s  # first retry delay, doubled at each retry (with jitter)
+    max_backoff_s: float = FetchPolicy.max_backoff_s  # cap of the retry delay (and of a Retry-After)
+    max_bytes: int = FetchPolicy.max_bytes  # a body is cut at this size
+    allowed_content_types: tuple[str, ...] = FetchPolicy.allowed_content_types  # bodies of other types are not downloaded
+    max_redirects: int = CrawlConfig.max_redirects  # per URL
+    max_pages_per_host: int = CrawlConfig.max_pages_per_host  # crawl budget per host
+    max_depth: int = CrawlConfig.max_depth  # links followed from a seed (seeds are depth 0)
+    respect_robots: bool = CrawlConfig.respect_robots  # obey robots.txt
+    allow_patterns: tuple[str, ...] = ()  # regular expressions on the full URL: only matching URLs are crawled
+    deny_patterns: tuple[str, ...] = ()  # regular expressions on the full URL: matching URLs are skipped
+    warc_max_bytes: int = CrawlConfig.warc_max_bytes  # a WARC file is closed and a new one begun at this size
 
     def __post_init__(self) -> None:
         if not self.seeds and not self.seeds_file:
@@ -115,8 +124,8 @@ class CrawlSection:
 class ReadSection:
     """Reader limits."""
 
-    max_payload_bytes: int = 10 * 1024 * 1024
-    max_failed_raw_bytes: int = 16 * 1024 * 1024
+    max_payload_bytes: int = 10 * 1024 * 1024  # a longer WARC payload is cut there (the doc is flagged truncated)
+    max_failed_raw_bytes: int = 16 * 1024 * 1024  # raw input kept with a failed/ record, at most
     # uncompressed JSONL files larger than this are read as byte ranges of this size
     split_bytes: int = 64 * 1024 * 1024
 
@@ -129,18 +138,18 @@ class ReadSection:
 class JobConfig:
     """A whole job. ``beam_args`` are default pipeline options (the command line wins)."""
 
-    output: str
-    stages: tuple[str, ...] = ()  # empty: every stage the config has a section for (see pipelines.stage_specs)
-    inputs: tuple[InputConfig, ...] = ()
-    crawl: Optional[CrawlSection] = None
-    read: ReadSection = ReadSection()
-    extract: ExtractConfig = ExtractConfig()
-    clean: Optional[CleanConfig] = None
-    dedup: Optional[DedupConfig] = None
-    label: Optional[LabelConfig] = None
-    tokenize: Optional[TokenizeConfig] = None
-    storage: Optional[StorageConfig] = None
-    beam_args: tuple[str, ...] = ()
+    output: str  # where everything goes: a local folder or a URL (s3://, gs://, ...)
+    stages: tuple[str, ...] = ()  # the stages to run (table above); empty: every stage whose section is set
+    inputs: tuple[InputConfig, ...] = ()  # files to read (needed unless there is a crawl section)
+    crawl: Optional[CrawlSection] = None  # crawl seeds; the pages fetched feed extract
+    read: ReadSection = ReadSection()  # reader limits
+    extract: ExtractConfig = ExtractConfig()  # HTML to text (records of JSONL and Parquet are text already)
+    clean: Optional[CleanConfig] = None  # language ID, quality rules and models, PII redaction
+    dedup: Optional[DedupConfig] = None  # exact and near-duplicate removal (``dedup: {}`` for the defaults)
+    label: Optional[LabelConfig] = None  # model labels and the human review queue
+    tokenize: Optional[TokenizeConfig] = None  # tokenizer and token shards
+    storage: Optional[StorageConfig] = None  # storage tiers of the token shards (``python -m pipelines.tiers``)
+    beam_args: tuple[str, ...] = ()  # Beam pipeline options, e.g. ``--runner=FnApiRunner``; the command line wins
     source_file: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:

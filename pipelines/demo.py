@@ -152,7 +152,10 @@ def _run_demo(config_path: str, output: Optional[str], beam_args: list[str]) -> 
     else:
         sys.stdout.write(f"\ntraining the page-area labeller on {n} seed pages "
                          "(python -m pipelines.labeller train)\n")
-        code = labeller_main(["train", "--config", config_path, "--set", "area", "--seed", seed])
+        # a quarter of ~250 pages is too few to calibrate (models.labeller.MIN_CALIBRATION_EXAMPLES):
+        # the demo's labeller is a cold-start seed model, asked for explicitly
+        code = labeller_main(["train", "--config", config_path, "--set", "area", "--seed", seed,
+                              "--allow-uncalibrated"])
         if code != 0:
             return code
     code = run_main(base + beam_args)

@@ -8,6 +8,11 @@ Commands (the labelled examples are JSONL ``{"text": ..., "label": ...}`` or
     python -m pipelines.labeller retrain --config CFG --set NAME [--seed FILE.jsonl]
         [--target-precision 0.95]
 
+Both refuse when too few examples are held out to calibrate the model's confidences
+(``models.labeller.MIN_CALIBRATION_EXAMPLES``, about 150 examples): an uncalibrated
+model sends nearly every document to review. ``--allow-uncalibrated`` trains it anyway
+(a cold-start seed model whose first review round brings the labels to calibrate).
+
 ``retrain`` adds every accepted human review (``review/reviews/``) to the seed set and
 reports the old and new model's accuracy against held-out human labels, the agreement
 between reviewers and the model's suggestions, and the review effort saved (the fraction
@@ -114,7 +119,8 @@ def _command(args: argparse.Namespace) -> int:
     new, meta = train_labeller(texts, labels, spec.name, spec.values, spec.model, params,
                                extra_meta={"seed_file": args.seed or "",
                                            "human_labels": len(h_train),
-                                           "previous_version": old.version if old else ""})
+                                           "previous_version": old.version if old else ""},
+                               allow_uncalibrated=args.allow_uncalibrated)
     if args.command == "retrain":
         report["after"] = evaluate(new, [t for t, _ in h_test], [v for _, v in h_test], args.target_precision)
         report["target_precision"] = args.target_precision
@@ -158,6 +164,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         p.add_argument("--maxn", type=int, default=0)
         p.add_argument("--random-seed", type=int, default=0)
         p.add_argument("--target-precision", type=float, default=0.95)
+        p.add_argument("--allow-uncalibrated", action="store_true",
+                       help=f"train even when fewer than {MIN_CALIBRATION_EXAMPLES} examples can be held out "
+                            "to calibrate (the model's confidences are then raw: most documents go to review)")
     args = parser.parse_args(argv)
     setup_logging()
     try:

@@ -19,17 +19,28 @@ from pipelines.config import ConfigError, JobConfig, load_config
 from pipelines.engines import ENGINES, EngineMissing, engine_args
 from pipelines.job import StageFailed, StageReport, run_job
 from pipelines.lease import LeaseHeld
+from pipelines.manifest import read_manifest
 from pipelines.memory import cap_malloc_arenas, worker_environment
-from pipelines.stage_specs import spec_of
+from pipelines.stage_specs import STAGE_SPECS, spec_of
 from storage.redact import redact_url
 
 _LOGGER = logging.getLogger(__name__)
+
+
+def stages_help() -> str:
+    """The stages, in pipeline order, one line each: name, config section, what it does."""
+    width = max(len(spec.name) for spec in STAGE_SPECS)
+    lines = ["stages, in pipeline order (without --stages or stages:, those whose config section is set;",
+             "every config key: docs/CONFIG.md):"]
+    lines += [f"  {spec.name:<{width}}  {spec.section + ':':<10} {spec.does}" for spec in STAGE_SPECS]
+    return "\n".join(lines)
 
 
 def parse_args(argv: Optional[Sequence[str]]) -> tuple[argparse.Namespace, list[str]]:
     parser = argparse.ArgumentParser(
         prog="python -m pipelines.run",
         description="Run tokenfactory stages. Unknown --options are Beam pipeline options.",
+        epilog=stages_help(), formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--config", required=True, help="YAML job config (configs/*.yaml)")
     parser.add_argument("--stages", help="comma-separated stages to run (default: all configured)")
@@ -64,7 +75,8 @@ def format_table(reports: Sequence[StageReport]) -> str:
         if errors:
             lines.append(f"{'':<10}   failed:   {errors}")
         noted = ", ".join(f"{k}={v}" for k, v in r.counters
-                          if v and k.startswith(("pii_", "skipped_", "extracted_", "truncated_", "label_", "review_")))
+                          if v and k.startswith(("pii_", "skipped_", "extracted_", "truncated_", "label_", "review_",
+                                                "missing_")))
         if noted:
             lines.append(f"{'':<10}   noted:    {noted}")
     return "\n".join(lines)
@@ -78,6 +90,23 @@ def format_locations(output: str, reports: Sequence[StageReport]) -> str:
         lines.append("  " + spec_of(r.stage).writes.format(stage=r.stage, index=index))
         lines.append(f"  manifests/{r.stage}.json")
     return "\n".join(lines)
+
+
+def review_queue_line(output: str, reports: Sequence[StageReport]) -> str:
+    """Where this run's label stage queued documents for human review, with the command
+    that opens the queue; "" when the job has no label stage. A resumed stage names
+    the queue of the run that wrote it (its manifest's ``review_queue``)."""
+    report = next((r for r in reports if r.stage == "label"), None)
+    if report is None:
+        return ""
+    queued = dict(report.counters).get("review_queued", 0)
+    manifest = read_manifest(output, "label")
+    queue = str(manifest.extra.get("review_queue", "")) if manifest is not None else ""
+    if not queued or not queue:
+        return "review queue: none (no uncertain document to queue)"
+    shown = os.path.abspath(queue) if "://" not in queue else redact_url(queue)
+    return (f"review queue: {shown} ({queued} documents)\n"
+            f"  review them: python -m pipelines.review serve --queue {shown} --out answers.jsonl")
 
 
 def write_run_report(config: JobConfig) -> str:
@@ -150,6 +179,9 @@ def main(argv: Optional[Sequence[str]] = None, out: TextIO = sys.stdout) -> int:
                          "whose worker died needs none)\n")
         return 1
     out.write("\n" + format_table(reports) + "\n\n" + format_locations(config.output, reports) + "\n")
+    queue = review_queue_line(config.output, reports)
+    if queue:
+        out.write(queue + "\n")
     if not args.no_report:
         out.write(write_run_report(config) + "\n")
     return 0 if all(r.counts.reconciles for r in reports) else 1

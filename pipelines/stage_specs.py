@@ -53,6 +53,7 @@ class StageSpec:
     runs_beam: bool = True  # its work is Beam pipelines: the progress line follows it
     failures_limited: bool = True  # more failures than extract.max_error_ratio fail the job
     owns: tuple[str, ...] = ()  # top-level output folders it rewrites whole (deleted before it runs)
+    does: str = ""  # what it does, one line (``python -m pipelines.run --help``, docs/CONFIG.md)
 
     def __post_init__(self) -> None:
         if not self.name or not self.section:
@@ -74,16 +75,24 @@ class StageSpec:
 
 STAGE_SPECS: tuple[StageSpec, ...] = (
     StageSpec("crawl", "crawl", "seeds", False, "pipelines.stages:plan_crawl", failures_limited=False, owns=("crawl",),
-              writes="crawl/warc/  crawl/fetch_log/  crawl/frontier/   (WARC, fetch log, next frontier)"),
-    StageSpec("extract", "extract", "inputs", True, "pipelines.stages:plan_extract"),
-    StageSpec("clean", "clean", "extract", True, "pipelines.stages:plan_clean"),
-    StageSpec("dedup_exact", "dedup", EARLIER_DOCS, True, "pipelines.stages:plan_dedup_exact"),
-    StageSpec("dedup_minhash", "dedup", "dedup_exact", True, "pipelines.stages:plan_dedup_minhash"),
-    StageSpec("label", "label", EARLIER_DOCS, True, "pipelines.stages:plan_label"),
+              writes="crawl/warc/  crawl/fetch_log/  crawl/frontier/   (WARC, fetch log, next frontier)",
+              does="fetch the seeds and the links found (politely, per host) into WARC files"),
+    StageSpec("extract", "extract", "inputs", True, "pipelines.stages:plan_extract",
+              does="read the inputs (and the crawl's WARC files); HTML to text; one document each"),
+    StageSpec("clean", "clean", "extract", True, "pipelines.stages:plan_clean",
+              does="PII redaction, language ID, quality rules, anomaly detector, quality classifier"),
+    StageSpec("dedup_exact", "dedup", EARLIER_DOCS, True, "pipelines.stages:plan_dedup_exact",
+              does="drop documents whose normalised text or URL another document has"),
+    StageSpec("dedup_minhash", "dedup", "dedup_exact", True, "pipelines.stages:plan_dedup_minhash",
+              does="near-duplicate clusters (MinHash-LSH, connected components): keep one each"),
+    StageSpec("label", "label", EARLIER_DOCS, True, "pipelines.stages:plan_label",
+              does="model labels per label set; uncertain documents to the review queue (review/)"),
     StageSpec("tokenizer", "tokenize", EARLIER_DOCS, False, "pipelines.stages:plan_tokenizer", runs_beam=False,
-              writes="tokenizer/tokenizer.model", by_default=lambda tokenize: not tokenize.model),
+              writes="tokenizer/tokenizer.model", by_default=lambda tokenize: not tokenize.model,
+              does="train a sentencepiece tokenizer on a sample (when tokenize.model is not given)"),
     StageSpec("tokenize", "tokenize", EARLIER_DOCS, False, "pipelines.stages:plan_tokenize",
-              writes="{index}  (shards beside it)  rejected/{stage}/"),
+              writes="{index}  (shards beside it)  rejected/{stage}/",
+              does="tokenize, shuffle and write token shards and their index.json"),
 )
 
 

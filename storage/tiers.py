@@ -54,13 +54,13 @@ __all__ = ["StorageConfig", "TierError", "copy_version", "delete_version", "gc",
 class StorageConfig:
     """Tier URLs (``warm`` defaults to ``<output>/tokens``) and S3 write settings."""
 
-    hot: str = ""
-    warm: str = ""
-    cold: str = ""
+    hot: str = ""  # hot tier (local NVMe) versions can be promoted to; "" = none
+    warm: str = ""  # where the tokenize stage writes versions; "" = ``<output>/tokens``
+    cold: str = ""  # archive bucket older versions move to (``python -m pipelines.tiers gc``); "" = none
     s3_storage_class: str = ""  # e.g. STANDARD_IA, GLACIER_IR (cold), INTELLIGENT_TIERING
     s3_sse: str = ""  # AES256 or aws:kms
-    s3_sse_kms_key_id: str = ""
-    keep_warm_versions: int = 2
+    s3_sse_kms_key_id: str = ""  # the KMS key of s3_sse: aws:kms
+    keep_warm_versions: int = 2  # gc keeps this many newest versions in warm
 
     def __post_init__(self) -> None:
         if self.s3_sse not in ("", "AES256", "aws:kms"):

@@ -48,8 +48,10 @@ def write_label_data(root: Path, per_lang: int = 200, seed_per_lang: int = 15) -
     docs.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
     seeds.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in seed), encoding="utf-8")
     model_dir = root / "labeller" / "language"
+    # 60 seed examples: a cold-start model, too few to calibrate (asked for explicitly), so
+    # that the review loop has uncertain documents to queue
     train_labeller([r["text"] for r in seed], [r["label"] for r in seed], "language", LANGS,
-                   str(model_dir), PARAMS)
+                   str(model_dir), PARAMS, allow_uncalibrated=True)
     return LabelData(str(model_dir), str(docs), str(seeds), truth)
 
 

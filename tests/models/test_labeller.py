@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from models.files import ModelError
-from models.labeller import (CURRENT, Labeller, TrainParams, apply_temperature, auto_accept,
+from models.labeller import (CURRENT, MIN_CALIBRATION_EXAMPLES, Labeller, TrainParams, apply_temperature, auto_accept,
                              fit_temperature, reliability, train_labeller)
 from pipelines.labeller import read_examples
 from tests.labelmodels import LANGS, PARAMS, label_data, sentences  # noqa: F401  (fixture)
@@ -117,3 +117,17 @@ def test_hostile_texts(label_data):
     assert np.allclose(proba.sum(axis=1), 1.0)
     # no evidence, no confidence: blank documents get the uniform distribution
     assert np.allclose(proba[0], 1 / len(LANGS)) and np.allclose(proba[1], 1 / len(LANGS))
+
+
+def test_too_few_examples_to_calibrate_refuse_or_warn_when_allowed(caplog):
+    """Fewer than MIN_CALIBRATION_EXAMPLES held out: refused, naming the set and the counts;
+    allowed explicitly, the model keeps temperature 1 and a warning says it is uncalibrated."""
+    texts = [s for lang in LANGS for s in sentences(lang)[:25]]  # 100 examples, ~20 held out
+    labels = [lang for lang in LANGS for _ in range(25)]
+    with pytest.raises(ValueError, match=r"label set 'language': 100 examples put \d+ in the hash-chosen 20% "
+                                         r"held out .* at least 30 are needed \(about 150 examples\)"):
+        train_labeller(texts, labels, "language", LANGS, None, PARAMS)
+    with caplog.at_level("WARNING", logger="models.labeller"):
+        _, meta = train_labeller(texts, labels, "language", LANGS, None, PARAMS, allow_uncalibrated=True)
+    assert meta["holdout_examples"] < MIN_CALIBRATION_EXAMPLES and meta["temperature"] == 1.0
+    assert meta["reliability_calibrated"] is None and "UNCALIBRATED" in caplog.text

@@ -39,3 +39,16 @@ def test_commands_without_a_pipeline_print_nothing_of_beams(argv, stderr):
     not found"); these commands import it (the config, the filesystems) but run nothing."""
     result = subprocess.run([sys.executable, "-m", *argv], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.stderr == stderr
+
+
+def test_run_help_lists_the_stages_in_order_with_what_each_does():
+    from pipelines.stage_specs import STAGE_SPECS
+
+    result = subprocess.run([sys.executable, "-m", "pipelines.run", "--help"], cwd=ROOT, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0
+    lines = result.stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("stages, in pipeline order"))
+    rows = [line.split() for line in lines[start + 2:start + 2 + len(STAGE_SPECS)]]
+    assert [(r[0], r[1]) for r in rows] == [(s.name, s.section + ":") for s in STAGE_SPECS]
+    assert all(" ".join(r[2:]) == s.does != "" for r, s in zip(rows, STAGE_SPECS))

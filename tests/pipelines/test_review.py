@@ -3,9 +3,11 @@ JSONL, the review page in headless Chromium) → import → label stage → retr
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import io
 import json
+import re
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -105,11 +107,14 @@ def labelled(output: Path) -> dict[str, dict]:
 def test_review_loop_end_to_end(tmp_path):
     data = write_label_data(tmp_path / "data")  # own model dir: retrain writes versions
     config = write_job(tmp_path, data)
-    run(config)
+    printed = run(config)
     out = tmp_path / "out"
     first = labelled(out)
     assert len(first) == 800 and all(lab["origin"] == "model" for lab in first.values())
     queue_dir = glob.glob(str(out / "review" / "queue-*"))[0]
+    # the run ends by naming the queue and the command that opens it (issue 18, item 10)
+    assert f"review queue: {queue_dir} (20 documents)\n" in printed
+    assert f"pipelines.review serve --queue {queue_dir} --out answers.jsonl" in printed
     ls_tasks = json.loads(Path(queue_dir, "tasks.json").read_text())
     assert len(ls_tasks) == 20
     assert ET.fromstring(Path(queue_dir, "label_config.xml").read_text()).find("Choices").get("name") == "language"
@@ -163,7 +168,7 @@ def test_review_loop_end_to_end(tmp_path):
     old = Labeller.load(data.model_dir).version
     with contextlib.redirect_stdout(io.StringIO()) as buf:
         assert labeller_main(["retrain", "--config", config, "--set", "language", "--seed", data.seed,
-                              "--minn", "2", "--maxn", "4"]) == 0
+                              "--minn", "2", "--maxn", "4", "--allow-uncalibrated"]) == 0  # 75 examples
     new = Labeller.load(data.model_dir)
     assert new.version != old
     meta = json.loads(Path(data.model_dir, new.version, "meta.json").read_text())
@@ -173,6 +178,24 @@ def test_review_loop_end_to_end(tmp_path):
     run(config)  # the new model version makes the label stage run again
     third = labelled(out)
     assert {lab["version"] for lab in third.values() if lab["origin"] == "model"} == {new.version}
+
+
+def test_training_on_too_few_examples_to_calibrate_is_refused_unless_asked(tmp_path, capsys):
+    """60 seed examples hold out about 12 to calibrate: the uncalibrated model would send
+    nearly every document to review (issue 18, item 10); the command refuses, naming the
+    set and the counts, and trains it only with --allow-uncalibrated."""
+    data = write_label_data(tmp_path / "data")
+    config = write_job(tmp_path, data)
+    before = Labeller.load(data.model_dir).version
+    train = ["train", "--config", config, "--set", "language", "--seed", data.seed, "--minn", "2", "--maxn", "4"]
+    assert labeller_main(train) == 2
+    err = capsys.readouterr().err
+    assert re.search(r"error: label set 'language': 60 examples put \d+ in the hash-chosen 20% held out to "
+                     r"calibrate the confidences; at least 30 are needed \(about 150 examples\)", err)
+    assert "--allow-uncalibrated" in err and Labeller.load(data.model_dir).version == before
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert labeller_main(train + ["--allow-uncalibrated"]) == 0
+    assert Labeller.load(data.model_dir).version != before
 
 
 def test_missing_labeller_is_a_config_error(tmp_path, label_data):

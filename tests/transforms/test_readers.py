@@ -19,7 +19,7 @@ from apache_beam.testing.util import assert_that, equal_to
 from tests.conftest import shared
 from transforms.doc import Failure, RawRecord
 from transforms.readers.files import FileRef, match_pattern
-from transforms.readers.tabular import ReadTabular, TextFields, iter_jsonl, iter_parquet
+from transforms.readers.tabular import ReadTabular, TextFields, iter_jsonl, iter_parquet, record_from_mapping
 from transforms.readers.warc import ReadWarc, WarcLimits, iter_warc
 from transforms.routing import FAILED
 
@@ -346,3 +346,72 @@ def test_compressed_and_small_files_are_not_split(tmp_path):
     assert len(split_ranges(FileRef("x.jsonl", size=1001), 1000)) == 2
     with pytest.raises(ValueError, match="split_bytes"):
         split_ranges(FileRef("x.jsonl", size=10), 0)
+
+
+def dolma_records(n: int = 6) -> list[dict]:
+    """Dolma-format documents (id, text, source, added, created, metadata: {url, ...}) over
+    real web sentences; the third lacks ``metadata.url``, the fifth has ``metadata: null``."""
+    lines = shared("langid", "lingua_sentences", "en.txt").read_text(encoding="utf-8").splitlines()
+    records = []
+    for i in range(n):
+        records.append({
+            "id": f"cc-{i:04d}", "text": "\n".join(lines[5 * i:5 * i + 5]), "source": "common-crawl",
+            "added": "2023-03-01T00:00:00Z", "created": f"2019-07-{10 + i}T12:00:00Z",
+            "metadata": {"url": f"https://news.example.org/{i}", "language": "en", "warc_content_length": 1000 + i},
+        })
+    del records[2]["metadata"]["url"]
+    records[4]["metadata"] = None
+    return records
+
+
+DOLMA_FIELDS = TextFields(url="metadata.url", fetched_at="created", lang="metadata.language")
+
+
+def test_dolma_nested_fields_are_read_by_dotted_path_and_missing_ones_counted(tmp_path):
+    """Dolma keeps the URL in ``metadata.url``: a dotted name reads it (issue 18, item 10),
+    where ``url_field: metadata.url`` used to give every document an empty URL silently.
+    A record without a field the config names is counted; the default names are not."""
+    records = dolma_records()
+    path = tmp_path / "dolma-0000.jsonl.gz"
+    path.write_bytes(gzip.compress("".join(json.dumps(r) + "\n" for r in records).encode()))
+    missing: list[str] = []
+    items = list(iter_jsonl(str(path), DOLMA_FIELDS, "extract", on_missing=missing.append))
+    assert all(isinstance(i, RawRecord) for i in items)
+    assert [r.url for r in items] == ["https://news.example.org/0", "https://news.example.org/1", "",
+                                      "https://news.example.org/3", "", "https://news.example.org/5"]
+    assert [r.lang_hint for r in items] == ["en"] * 4 + [""] + ["en"]
+    assert items[0].fetched_at == "2019-07-10T12:00:00Z" and items[0].record_id == "cc-0000"
+    assert items[0].text == records[0]["text"]
+    assert missing == ["url", "url", "lang"]  # records 2 and 4 (metadata null: its language too)
+    flat: list[str] = []
+    plain = list(iter_jsonl(str(path), TextFields(), "extract", on_missing=flat.append))
+    assert [r.url for r in plain] == [""] * 6 and flat == []  # flat default names: as before
+
+
+def test_a_nested_text_field_that_is_missing_fails_the_record_with_the_path(tmp_path):
+    path = tmp_path / "nested.jsonl"
+    path.write_text(json.dumps({"id": "a", "metadata": {"text": "inside"}}) + "\n"
+                    + json.dumps({"id": "b", "metadata": {"title": "no text"}}) + "\n")
+    items = list(iter_jsonl(str(path), TextFields(text="metadata.text"), "extract"))
+    assert isinstance(items[0], RawRecord) and items[0].text == "inside"
+    assert isinstance(items[1], Failure) and items[1].error_type == "bad_record"
+    assert "line 2" in items[1].error and "field 'metadata.text' is missing or null" in items[1].error
+
+
+def test_a_top_level_key_with_a_dot_wins_over_the_path():
+    record = record_from_mapping({"text": "t", "metadata.url": "flat", "metadata": {"url": "nested"}},
+                                 TextFields(url="metadata.url"), "f.jsonl", 0, "line 1")
+    assert record.url == "flat"
+
+
+def test_parquet_struct_columns_are_read_by_dotted_path(tmp_path):
+    records = dolma_records()
+    path = tmp_path / "dolma.parquet"
+    pq.write_table(pa.Table.from_pylist(records), path, row_group_size=4)
+    missing: list[str] = []
+    items = list(iter_parquet(str(path), DOLMA_FIELDS, "extract", on_missing=missing.append))
+    assert [r.url for r in items] == ["https://news.example.org/0", "https://news.example.org/1", "",
+                                      "https://news.example.org/3", "", "https://news.example.org/5"]
+    assert missing == ["url", "url", "lang"]
+    fails = list(iter_parquet(str(path), TextFields(text="metadata.body"), "extract"))
+    assert all(isinstance(f, Failure) and "'metadata.body' is missing" in f.error for f in fails) and len(fails) == 6

@@ -59,16 +59,16 @@ def canonical_languages(codes: Sequence[str]) -> tuple[str, ...]:
 class LangIdConfig:
     """fastText language ID. ``languages`` empty: any language is allowed."""
 
-    model: str
-    threshold: float = 0.65  # FineWeb's language-score threshold
-    languages: tuple[str, ...] = ("en",)
-    route_by_language: bool = False
+    model: str  # fastText lid.176 (.ftz or .bin), a path or URL
+    threshold: float = 0.65  # the least lang_score kept (the main language's share of the windows x its confidence); FineWeb's value
+    languages: tuple[str, ...] = ("en",)  # ISO 639-1 codes to keep (``nb`` is read as lid.176's ``no``); []: all
+    route_by_language: bool = False  # write ``docs/clean/<lang>/`` per kept language (and ``other/``)
     max_chars: int = 1000  # characters per window (fastText's cost is linear)
-    # A longer text is read in up to 8 windows spread over it (models.fasttext_models.
-    # lid_windows): 8 x 1,000 found the main and the second language of every document
-    # with an English header in benchmarks/bench_langid_mixed; 16 cut the second
-    # language's share error on texts over 8,000 characters from 0.058 to 0.015 at 0.75x
-    # the speed. 1 is the first max_chars characters alone.
+    # Windows of max_chars spread over a long text (models.fasttext_models.lid_windows),
+    # combined by length; lang2 and lang2_share record the second language. 8 x 1,000
+    # found the main and the second language of every document with an English header in
+    # benchmarks/bench_langid_mixed; 16 cut the second language's share error on texts
+    # over 8,000 characters from 0.058 to 0.015 at 0.75x the speed. 1: the first max_chars.
     max_windows: int = 8
 
     def __post_init__(self) -> None:
@@ -87,11 +87,11 @@ class LangIdConfig:
 class QualityConfig:
     """The quality classifier (``python -m pipelines.quality train``); "" = off."""
 
-    model: str = ""
-    positive_label: str = "hq"
-    threshold: Optional[float] = 0.5
+    model: str = ""  # a fastText classifier (.bin); "" = off
+    positive_label: str = "hq"  # the model's label for good documents: its probability is quality_score
+    threshold: Optional[float] = 0.5  # a lower quality_score is rejected (quality_low)
     top_fraction: Optional[float] = None  # keep the best fraction instead of a threshold
-    max_chars: int = 2000
+    max_chars: int = 2000  # the classifier reads the first characters only
 
     def __post_init__(self) -> None:
         if self.top_fraction is not None and not 0.0 < self.top_fraction <= 1.0:
@@ -104,14 +104,17 @@ class QualityConfig:
 
 @dataclass(frozen=True)
 class CleanConfig:
-    langid: LangIdConfig
-    rules: QualityRules = QualityRules()
-    rules_languages: tuple[str, ...] = ("en",)  # Gopher/C4/FineWeb were designed for English
-    anomaly: AnomalyConfig = AnomalyConfig()
-    quality: QualityConfig = QualityConfig()
-    redact_pii: bool = True
-    batch_size: int = 256
-    max_error_ratio: float = 0.05
+    """The ``clean:`` section: annotate (language, signals, scores), then select."""
+
+    langid: LangIdConfig  # language ID (required: the rules and models depend on the language)
+    rules: QualityRules = QualityRules()  # Gopher / C4 / FineWeb thresholds
+    # the languages the rules apply to (Gopher/C4/FineWeb were designed for English)
+    rules_languages: tuple[str, ...] = ("en",)
+    anomaly: AnomalyConfig = AnomalyConfig()  # the learned anomaly detector
+    quality: QualityConfig = QualityConfig()  # the quality classifier
+    redact_pii: bool = True  # replace e-mail addresses, phone numbers and IP addresses
+    batch_size: int = 256  # documents per model batch
+    max_error_ratio: float = 0.05  # share of failed documents above which the job fails
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "rules_languages", canonical_languages(self.rules_languages))

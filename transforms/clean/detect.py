@@ -36,7 +36,7 @@ class AnomalyConfig:
     """The learned anomaly detector (``python -m pipelines.anomaly train``): a model
     directory of versions and ``CURRENT``; "" = off."""
 
-    model: str = ""
+    model: str = ""  # a directory of versions and CURRENT (``python -m pipelines.anomaly train``); "" = off
     version: str = ""  # a version of ``model``; "" = the one CURRENT names
     flag_rate: float = 0.05  # the train command: share of the corpus sample above the threshold
     contamination: float = 0.05  # the train command: share of each batch left out of the autoencoders' loss

@@ -14,7 +14,8 @@ stated; derived from it are:
   rules in table order; the first rule a document breaks is returned with its reason
   code, the value and the threshold, so every drop can be explained afterwards;
 * the run report's histograms and threshold markers (``pipelines/report.py``): every
-  signal a min or max rule reads, in table order.
+  signal a min or max rule reads, in table order;
+* each key's meaning in ``docs/CONFIG.md`` (``describe``, the classes' ``field_docs``).
 
 A threshold set to ``None`` (``null`` in YAML) turns its rule off, as does ``false`` for a
 flag rule.
@@ -188,11 +189,22 @@ def _value_type(rule: Rule) -> Any:
     return Optional[int] if rule.unit is Unit.COUNT else Optional[float]
 
 
+def describe(rule: Rule) -> str:
+    """What a rule's key means, for the config reference."""
+    if rule.direction is Direction.FLAG:
+        return f"true: reject a document that {rule.detail} (reason ``{rule.reason}``)"
+    side = "below" if rule.direction is Direction.MIN else "above"
+    return (f"reject a document whose ``{rule.signal}`` ({rule.unit.value}) is {side} this "
+            f"(reason ``{rule.reason}``); null: off")
+
+
 def _section_class(family: Family, rules: tuple[Rule, ...]) -> type:
-    """A family's frozen config class: a key per rule; ``table`` holds its rows."""
+    """A family's frozen config class: a key per rule; ``table`` holds its rows,
+    ``field_docs`` what each key means."""
     return dataclasses.make_dataclass(
         family.class_name, [(r.key, _value_type(r), field(default=r.default)) for r in rules],
         namespace={"__doc__": family.source, "__module__": __name__, "table": rules,
+                   "field_docs": {r.key: describe(r) for r in rules},
                    "__post_init__": _check_thresholds}, frozen=True)
 
 
@@ -206,6 +218,9 @@ def rules_config(rules: Sequence[Rule] = RULES, families: Sequence[Family] = FAM
         + [("families", tuple[str, ...], field(default=tuple(sections)))],
         namespace={"__doc__": "The rule families (a section each) and the ones applied, in order.",
                    "__module__": __name__, "table": tuple(rules), "sections": sections,
+                   "field_docs": {**{f.name: f"the {f.name} thresholds: {f.source}" for f in families},
+                                  "families": "the families applied, in this order (the first rule "
+                                              "a document breaks is its reason)"},
                    "__post_init__": _check_families}, frozen=True)
 
 

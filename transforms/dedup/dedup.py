@@ -38,16 +38,18 @@ class DedupReason(str, Enum):
 
 @dataclass(frozen=True)
 class MinHashConfig:
-    num_perm: int = 112
-    bands: int = 14
-    rows: int = 8
-    ngram: int = 5
-    seed: int = 1
+    """Near-duplicate detection: MinHash signatures, LSH bands, connected components."""
+
+    num_perm: int = 112  # hash functions per signature (= bands x rows)
+    bands: int = 14  # LSH bands: two documents sharing one band's hashes are a candidate pair
+    rows: int = 8  # hashes per band
+    ngram: int = 5  # words per shingle
+    seed: int = 1  # of the hash functions
     threshold: Optional[float] = None  # set: bands x rows from datasketch's optimiser
     compat: bool = False  # datasketch-identical signatures (sha1 per shingle, slower)
-    batch_size: int = 256
-    salts: int = 16
-    max_rounds: int = 50
+    batch_size: int = 256  # documents per signature batch
+    salts: int = 16  # sub-keys a band bucket is split into first (a huge bucket never lands on one worker)
+    max_rounds: int = 50  # connected-component rounds at most (a warning if they did not converge)
     # connected components: a node with more neighbours than this is split into groups of
     # about this size (the root of a giant component would otherwise be one hot key)
     hot_degree: int = 10_000
@@ -102,10 +104,10 @@ class DedupConfig:
     id is the first in natural order (``id_order_key``): numbers inside ids compare by
     value, so ``t980`` is kept over ``t2023``, then by code point."""
 
-    exact_text: bool = True
-    exact_url: bool = True
-    keep: str = "smallest_id"
-    minhash: MinHashConfig = MinHashConfig()
+    exact_text: bool = True  # drop documents whose normalised text another has (duplicate_text)
+    exact_url: bool = True  # drop documents whose normalised URL another has (duplicate_url)
+    keep: str = "smallest_id"  # which of a group is kept: smallest_id | highest_quality
+    minhash: MinHashConfig = MinHashConfig()  # near duplicates (the dedup_minhash stage)
     index: str = ""  # signature index of earlier runs (cross-dump dedup); "" = none
 
     def __post_init__(self) -> None:

@@ -58,12 +58,14 @@ class ExtractReason(str, Enum):
 class ExtractConfig:
     """How HTML becomes text. ``max_error_ratio`` fails the job above that failure rate."""
 
+    # cascade (resiliparse; trafilatura for pages whose text is still mostly short lines)
+    # | resiliparse | trafilatura
     method: str = Method.CASCADE.value
-    timeout_s: float = 10.0
-    min_chars: int = 1
-    max_error_ratio: float = 0.05
-    max_depth: int = MAX_HTML_DEPTH
-    isolation: str = "process"
+    timeout_s: float = 10.0  # per page; a page past it goes to failed/extract/
+    min_chars: int = 1  # a shorter text is rejected (too_short)
+    max_error_ratio: float = 0.05  # share of failed records above which the job fails (every stage but crawl)
+    max_depth: int = MAX_HTML_DEPTH  # HTML nested deeper fails instead of exhausting the parser's recursion
+    isolation: str = "process"  # process (a child killed at the timeout) | thread (Beam's timeout)
 
     def __post_init__(self) -> None:
         if self.method not in {m.value for m in Method}:

@@ -45,11 +45,11 @@ class LabelSetConfig:
     """One label set: its taxonomy and its model (a directory of versions, see
     ``models/labeller.py``; ``version`` pins one, default the directory's ``CURRENT``)."""
 
-    name: str
-    values: tuple[str, ...]
-    model: str
-    version: str = ""
-    accept_threshold: float = 0.9
+    name: str  # the label's name on every document
+    values: tuple[str, ...]  # the taxonomy: every value the model and reviewers may give
+    model: str  # directory of labeller versions (``python -m pipelines.labeller train``)
+    version: str = ""  # a version of ``model``; "" = the one CURRENT names
+    accept_threshold: float = 0.9  # a model label less confident than this makes the document uncertain
 
     def __post_init__(self) -> None:
         if not self.name.strip() or not self.name.replace("_", "").isalnum():
@@ -68,11 +68,11 @@ class LabelSetConfig:
 class LabelConfig:
     """The ``label:`` section. ``review_budget`` 0 queues every uncertain document."""
 
-    sets: tuple[LabelSetConfig, ...]
-    review_budget: int = 100
-    sampling: str = "hybrid"
-    seed: int = 0
-    batch_size: int = 256
+    sets: tuple[LabelSetConfig, ...]  # label sets, each with its own model
+    review_budget: int = 100  # uncertain documents queued for review per run; 0: all of them
+    sampling: str = "hybrid"  # which uncertain documents are queued: uncertainty | balanced | hybrid | random
+    seed: int = 0  # of the random part of sampling
+    batch_size: int = 256  # documents per model batch
 
     def __post_init__(self) -> None:
         if not self.sets:

@@ -2,10 +2,15 @@
 
 Both formats carry text that is already extracted, so records come out with
 ``kind="text"``. Which fields hold the text, id, URL and fetch time is configured per
-input (``TextFields``). A line or row that cannot be used (invalid JSON, not an object,
-text missing or not a string) becomes a ``Failure`` naming the file, the line (or row)
-and the byte offset, with the raw line; a truncated compressed file yields every line
-before the damage and one ``Failure`` at the offset where decompression failed.
+input (``TextFields``); a name with dots is a path into nested objects (Dolma keeps the
+URL in ``metadata.url``; a Parquet struct column reads the same way), unless the record
+has a top-level key of exactly that name. A line or row that cannot be used (invalid
+JSON, not an object, text missing or not a string) becomes a ``Failure`` naming the
+file, the line (or row) and the byte offset, with the raw line; a truncated compressed
+file yields every line before the damage and one ``Failure`` at the offset where
+decompression failed. An optional field the config names (one not left at its default
+name) that a record lacks or holds null is counted, ``missing_<role>`` (``missing_url``,
+...), and shown in the run's table: a misspelt path does not read nothing silently.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass
-from typing import Any, Iterator, Optional, Union
+from typing import Any, Callable, Iterable, Iterator, Optional, Union
 
 import apache_beam as beam
 import fsspec
@@ -27,6 +32,7 @@ from transforms.routing import FAILED, StageCounters, make_failure, route_read
 _LOGGER = logging.getLogger(__name__)
 
 TabularItem = Union[RawRecord, Failure]
+OnMissing = Callable[[str], None]  # called with the role ("url", "id", ...) of a missing field
 
 
 @dataclass(frozen=True)
@@ -43,6 +49,45 @@ class TextFields:
         if not self.text:
             raise ValueError("text field name must not be empty")
 
+    def optional(self) -> dict[str, str]:
+        """role → field name of the fields besides the text."""
+        return {"id": self.id, "url": self.url, "fetched_at": self.fetched_at, "lang": self.lang}
+
+    def expected(self) -> dict[str, str]:
+        """The optional fields named explicitly (not their default names): a record
+        without one is counted. The default names are conventions that many sources
+        lack some of (``fetched_at``, ``lang``), so they are read when present only."""
+        defaults = TextFields().optional()
+        return {role: name for role, name in self.optional().items() if name != defaults[role]}
+
+    def columns(self, available: Iterable[str]) -> list[str]:
+        """The top-level columns of ``available`` that hold the configured fields."""
+        names = set(available)
+        found = (column_of(name, names) for name in (self.text, *self.optional().values()))
+        return [c for c in dict.fromkeys(found) if c is not None]
+
+
+def column_of(name: str, available: set[str]) -> Optional[str]:
+    """The top-level column holding field ``name``: the column of that name, else the
+    first part of a dotted path; None when neither exists."""
+    if name in available:
+        return name
+    top = name.split(".", 1)[0]
+    return top if top in available else None
+
+
+def field_value(obj: dict[str, Any], name: str) -> Any:
+    """The value of field ``name``: the top-level key of that name, else the dotted path
+    through nested objects (``metadata.url``); None when absent on the way."""
+    if name in obj:
+        return obj[name]
+    value: Any = obj
+    for part in name.split("."):
+        if not isinstance(value, dict):
+            return None
+        value = value.get(part)
+    return value
+
 
 def _as_str(value: Any) -> str:
     return "" if value is None else str(value)
@@ -50,39 +95,46 @@ def _as_str(value: Any) -> str:
 
 def record_from_mapping(
     obj: Any, fields: TextFields, source: str, offset: int, position: str,
-    id_position: Optional[str] = None,
+    id_position: Optional[str] = None, on_missing: Optional[OnMissing] = None,
 ) -> RawRecord:
     """A ``RawRecord`` from one JSON object / Parquet row; ``ValueError`` if unusable.
-    Without an id field the id is ``stable_id(source, id_position or position)``."""
+    Without an id field the id is ``stable_id(source, id_position or position)``.
+    ``on_missing`` gets the role of each ``fields.expected()`` field the record lacks."""
     if not isinstance(obj, dict):
         raise ValueError(f"{source} {position}: expected a JSON object, got {type(obj).__name__}")
-    text = obj.get(fields.text)
+    text = field_value(obj, fields.text)
     if text is None:
         raise ValueError(f"{source} {position}: field {fields.text!r} is missing or null")
     if not isinstance(text, str):
         raise ValueError(
             f"{source} {position}: field {fields.text!r} must be a string, got {type(text).__name__}"
         )
-    record_id = _as_str(obj.get(fields.id)) or stable_id(source, id_position or position)
+    values = {role: field_value(obj, name) for role, name in fields.optional().items()}
+    if on_missing is not None:
+        for role in fields.expected():
+            if values[role] is None:
+                on_missing(role)
+    record_id = _as_str(values["id"]) or stable_id(source, id_position or position)
     return RawRecord(
         kind="text",
-        url=_as_str(obj.get(fields.url)),
+        url=_as_str(values["url"]),
         source=source,
         offset=offset,
         record_id=record_id,
-        fetched_at=_as_str(obj.get(fields.fetched_at)),
+        fetched_at=_as_str(values["fetched_at"]),
         text=text,
         content_type="text/plain",
-        lang_hint=_as_str(obj.get(fields.lang)),
+        lang_hint=_as_str(values["lang"]),
     )
 
 
 def iter_jsonl(url: str, fields: TextFields, stage: str, start: int = 0,
-               end: int = -1) -> Iterator[TabularItem]:
+               end: int = -1, on_missing: Optional[OnMissing] = None) -> Iterator[TabularItem]:
     """Records of a JSONL file (compression inferred from the name: .gz, .zst, ...), or
     of the lines that start in ``[start, end)`` of an uncompressed one. A record without
     an id gets one from the file and its byte offset, so ids do not depend on how the
-    file was split; errors name the line where it is known (reads from the start)."""
+    file was split; errors name the line where it is known (reads from the start).
+    ``on_missing``: see ``record_from_mapping``."""
     line_no = 0 if start == 0 else None
     with open_decompressed(url) as fh:
         offset = _seek_line(fh, start) if start > 0 else 0
@@ -101,7 +153,7 @@ def iter_jsonl(url: str, fields: TextFields, stage: str, start: int = 0,
             if line_no is not None:
                 line_no += 1
             if line.strip():
-                yield _parse_line(line, url, offset, line_no, fields, stage)
+                yield _parse_line(line, url, offset, line_no, fields, stage, on_missing)
             offset += len(line)
 
 
@@ -114,20 +166,25 @@ def _seek_line(fh: Any, start: int) -> int:
 
 
 def _parse_line(
-    line: bytes, url: str, offset: int, line_no: Optional[int], fields: TextFields, stage: str
+    line: bytes, url: str, offset: int, line_no: Optional[int], fields: TextFields, stage: str,
+    on_missing: Optional[OnMissing] = None,
 ) -> TabularItem:
     where = f"line {line_no} (byte {offset})" if line_no is not None else f"line at byte {offset}"
     try:
         obj = json.loads(line)
-        return record_from_mapping(obj, fields, url, offset, where, id_position=f"byte {offset}")
+        return record_from_mapping(obj, fields, url, offset, where, id_position=f"byte {offset}",
+                                   on_missing=on_missing)
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         message = str(exc) if str(exc).startswith(url) else f"{url} {where}: {exc}"
         return make_failure(stage, ValueError(message), url, offset, line,
                             error_type="bad_record", with_traceback=False)
 
 
-def iter_parquet(url: str, fields: TextFields, stage: str) -> Iterator[TabularItem]:
-    """Records of a Parquet file, one row group at a time. ``offset`` is the row index."""
+def iter_parquet(url: str, fields: TextFields, stage: str,
+                 on_missing: Optional[OnMissing] = None) -> Iterator[TabularItem]:
+    """Records of a Parquet file, one row group at a time. ``offset`` is the row index.
+    A dotted field name reads inside a struct column. ``on_missing``: see
+    ``record_from_mapping``."""
     with fsspec.open(url, "rb", **storage_options_for(url)) as fh:
         try:
             pfile = pq.ParquetFile(fh)
@@ -136,21 +193,21 @@ def iter_parquet(url: str, fields: TextFields, stage: str) -> Iterator[TabularIt
                                with_traceback=False)
             return
         names = set(pfile.schema_arrow.names)
-        if fields.text not in names:
+        if column_of(fields.text, names) is None:
             error = ValueError(f"{url}: no column {fields.text!r} (columns: {sorted(names)})")
             yield make_failure(stage, error, url, 0, b"", error_type="bad_schema",
                                with_traceback=False)
             return
-        wanted = [f for f in (fields.text, fields.id, fields.url, fields.fetched_at, fields.lang)
-                  if f in names]
+        wanted = fields.columns(names)
         row = 0
         for group in range(pfile.num_row_groups):
-            yield from _iter_row_group(pfile, group, wanted, url, row, fields, stage)
+            yield from _iter_row_group(pfile, group, wanted, url, row, fields, stage, on_missing)
             row += pfile.metadata.row_group(group).num_rows
 
 
 def _iter_row_group(pfile: pq.ParquetFile, group: int, columns: list[str], url: str,
-                    first_row: int, fields: TextFields, stage: str) -> Iterator[TabularItem]:
+                    first_row: int, fields: TextFields, stage: str,
+                    on_missing: Optional[OnMissing]) -> Iterator[TabularItem]:
     try:
         rows = pfile.read_row_group(group, columns=columns).to_pylist()
     except Exception as exc:
@@ -161,7 +218,7 @@ def _iter_row_group(pfile: pq.ParquetFile, group: int, columns: list[str], url: 
     for i, obj in enumerate(rows):
         position = f"row {first_row + i}"
         try:
-            yield record_from_mapping(obj, fields, url, first_row + i, position)
+            yield record_from_mapping(obj, fields, url, first_row + i, position, on_missing=on_missing)
         except ValueError as exc:
             raw = json.dumps(obj, default=str).encode()
             yield make_failure(stage, exc, url, first_row + i, raw, error_type="bad_record",
@@ -185,10 +242,13 @@ class _ReadTabularFn(beam.DoFn):
     def setup(self) -> None:
         self._counters = StageCounters(self._stage)
 
+    def _missing(self, role: str) -> None:
+        self._counters.inc(f"missing_{role}")
+
     def process(self, ref: FileRef) -> Iterator[Any]:
         try:
-            items = (iter_jsonl(ref.url, self._fields, self._stage, ref.start, ref.end)
-                     if self._fmt == "jsonl" else iter_parquet(ref.url, self._fields, self._stage))
+            items = (iter_jsonl(ref.url, self._fields, self._stage, ref.start, ref.end, self._missing)
+                     if self._fmt == "jsonl" else iter_parquet(ref.url, self._fields, self._stage, self._missing))
             for item in items:
                 yield route_read(self._counters, item)
             progress.record(self._stage, "bytes", ref.span)

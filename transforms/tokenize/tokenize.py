@@ -56,17 +56,17 @@ class TokenizeConfig:
     ``seed``, ``append_eos``, ``target_shard_bytes``, ``dataset`` and the documents.
     ``batch_size`` only changes how many documents one ``encode`` call takes."""
 
-    model: str = ""
-    vocab_size: int = 32000
-    model_type: str = "bpe"
-    character_coverage: float = 0.9995
-    byte_fallback: bool = True
-    train_sample_docs: int = 20000
-    target_shard_bytes: int = 256 * 1024 * 1024
-    seed: int = 0
-    append_eos: bool = True
-    batch_size: int = 256
-    dataset: str = "dataset"
+    model: str = ""  # a sentencepiece model, path or URL; "" = train one (the tokenizer stage)
+    vocab_size: int = 32000  # training: vocabulary size
+    model_type: str = "bpe"  # training: bpe | unigram | char | word
+    character_coverage: float = 0.9995  # training: share of characters the vocabulary covers
+    byte_fallback: bool = True  # training: unknown characters become byte tokens
+    train_sample_docs: int = 20000  # training: documents sampled (uniformly) to train on
+    target_shard_bytes: int = 256 * 1024 * 1024  # token shard size to aim for
+    seed: int = 0  # of the global shuffle of documents into shards
+    append_eos: bool = True  # an end-of-sequence token after every document
+    batch_size: int = 256  # documents per encode call
+    dataset: str = "dataset"  # the dataset's name in index.json (part of the version key)
 
     def __post_init__(self) -> None:
         if self.model_type not in ("bpe", "unigram"):
