@@ -73,6 +73,21 @@ def test_no_metrics_fails_instead_of_reconciling_by_construction(tmp_path, monke
     assert not (tmp_path / "out" / "manifests" / "extract.json").exists()
 
 
+def test_a_stage_whose_counts_do_not_reconcile_exits_1(tmp_path, monkeypatch):
+    """A runner that reports one record more than the stage wrote: the table says
+    MISMATCH and the job exits 1, not 0."""
+    real = job.metric_totals
+
+    def one_more_in(result, stage):
+        totals = real(result, stage)
+        return {**totals, "records_in": totals["records_in"] + 1}
+
+    monkeypatch.setattr(job, "metric_totals", one_more_in)
+    out = io.StringIO()
+    code = main(["--config", jsonl_config(tmp_path, "text"), "--log-level", "ERROR", "--no-report"], out=out)
+    assert code == 1 and "MISMATCH" in out.getvalue()
+
+
 def test_an_absent_input_counter_is_zero_not_the_sum(tmp_path):
     """Files written but no records_in counter: the counts must not reconcile."""
     from pipelines.stages import StagePlan

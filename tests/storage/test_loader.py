@@ -108,6 +108,27 @@ def test_exact_resume_with_other_worker_counts(tmp_path, workers_before, workers
     assert seen + rest == full
 
 
+def test_a_resumed_loader_counts_on_from_the_batch_it_resumed_at(tmp_path):
+    """Interrupted twice: the second state counts the first run's batches too, so the
+    third run starts where the second stopped."""
+    index = make_dataset(tmp_path / "d")
+    full = windows(TokenDataset([Source(index)], seq_len=16, batch_size=3, seed=5))
+    seen: list[tuple[int, ...]] = []
+    state = {"epoch": 0, "batches": 0, "seed": 5}
+    for stop in (2, 3):
+        loader = TokenLoader(TokenDataset([Source(index)], seq_len=16, batch_size=3, seed=5))
+        loader.load_state_dict(state)
+        for i, batch in enumerate(loader):
+            seen += [tuple(r.tolist()) for r in batch["tokens"]]
+            if i == stop - 1:
+                break
+        state = loader.state_dict()
+    assert state["batches"] == 5
+    last = TokenDataset([Source(index)], seq_len=16, batch_size=3, seed=5)
+    last.load_state_dict(state)
+    assert seen + windows(last) == full
+
+
 def reference_plan(ds: TokenDataset, epoch: int) -> list[tuple[int, int, int]]:
     """The plan spelled out: each stream's groups in order, each group's windows in its
     own permutation, streams mixed by the schedule, then every R-th sample for this rank."""

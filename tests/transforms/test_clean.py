@@ -163,3 +163,12 @@ def test_annotate_records_the_second_language_of_a_mixed_document():
     assert (one.lang, one.lang2, one.lang2_share) == ("de", "", 0.0)
     assert (two.lang, two.lang2) == ("de", "en") and 0.1 < two.lang2_share < 0.3
     assert select(two, cfg, None) is None  # kept: the first 1,000 characters alone said English
+
+
+@pytest.mark.parametrize("score,verdict", [(0.649, "lang_score"), (0.65, None), (0.9, None)])
+def test_select_applies_the_lang_score_threshold(score, verdict):
+    cfg = CleanConfig(langid=LangIdConfig(model="unused.ftz", languages=("en",), threshold=0.65),
+                      quality=QualityConfig(threshold=None))
+    annotated = Doc(id="d", url="http://x/d", text="t", source="test", fetched_at="", lang="en", lang_score=score)
+    got = select(annotated, cfg, None)
+    assert (got and got[0]) == verdict
