@@ -18,7 +18,7 @@ PART_prism := $(ENGINES_DIR)/prism/prism
 # make run RUNNER=flink|spark|prism|direct-mp (default: direct, Beam's FnApiRunner)
 RUNNER ?= direct
 
-.PHONY: install run test test-engines engines bench bench-env clean models browser
+.PHONY: install run test test-engines engines bench bench-env clean models browser mutation
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -66,7 +66,25 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks.run_all
 
 clean:
-	rm -rf out .pytest_cache
+	rm -rf out .pytest_cache .mutation
+
+# Mutation testing of the core decision modules (docs/TESTING.md; not part of make test):
+# make mutation [MUTATION="rules shards"] [MUTATION_JOBS=2]. mutmut is not a project
+# dependency: it goes, with only the packages .venv lacks (--no-deps, pinned), into
+# MUTMUT_LIB, which tests/mutation.py appends to sys.path after .venv's own packages.
+MUTMUT_LIB ?= /tmp/tokenfactory-mutmut
+MUTMUT_PKGS := mutmut==3.8.1 libcst==1.9.0 coverage==7.17.5 setproctitle==1.3.8 textual==8.2.8 \
+	rich==15.0.0 markdown-it-py==4.3.0 mdurl==0.1.2 platformdirs==4.14.9 mdit-py-plugins==0.7.0
+MUTATION ?=
+MUTATION_JOBS ?= 2
+
+$(MUTMUT_LIB)/.installed-stamp: | $(STAMP)
+	$(BIN)/python -m pip install --quiet --no-deps --target $(MUTMUT_LIB) $(MUTMUT_PKGS)
+	$(BIN)/python -c "import sys; sys.path.append('$(MUTMUT_LIB)'); import coverage, libcst, setproctitle, textual"
+	touch $@
+
+mutation: $(STAMP) $(MUTMUT_LIB)/.installed-stamp
+	MUTMUT_LIB=$(MUTMUT_LIB) nice $(BIN)/python -m tests.mutation --jobs $(MUTATION_JOBS) $(MUTATION)
 
 # Peers for the side-by-side benchmarks, in their own venvs: datatrove in .bench-venv, the
 # streaming loaders (mosaicml-streaming, litdata) in .bench-venv-loader (they do not install together).

@@ -1,0 +1,146 @@
+"""Mutation testing of the core decision modules: ``make mutation`` (not part of ``make test``).
+
+``python -m tests.mutation [NAME ...]`` runs mutmut 3.8 over each named entry of ``MODULES``
+(all of them by default) against that entry's own fast test files, and prints mutants,
+killed, survived and the diff of every survivor (kept in ``.mutation/NAME/report.md``).
+
+mutmut is not a dependency of the project: the Makefile installs it, with only the
+packages .venv lacks, into ``MUTMUT_LIB`` (``--target``), and this driver appends that
+folder to ``sys.path`` so that .venv's own pytest and packages come first.
+
+How a run works (mutmut 3.8.1; 3.3 does not run under pytest 9): in ``.mutation/NAME/``,
+symlinks to the repository's top-level folders and a ``pyproject.toml`` (ours plus a
+``[tool.mutmut]`` table: ``source_paths`` every package, ``only_mutate`` the entry's
+files, ``pytest_add_cli_args_test_selection`` its test files) make a project of its own;
+mutmut copies it to ``mutants/``, rewrites every function of the mutated files into
+trampolines, runs the test files once to learn which tests reach which function, then
+forks one pytest run per mutant with only those tests. Every run starts from an empty
+``mutants/`` (mutmut's cache does not notice changed tests). Tests marked ``engines`` or
+``slow`` are left out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+WORK = ROOT / ".mutation"
+LIB = Path(os.environ.get("MUTMUT_LIB", "/tmp/tokenfactory-mutmut"))
+SELECT = ["-m", "not engines and not slow"]
+PACKAGES = ("benchmarks", "models", "pipelines", "storage", "transforms")  # importable code, copied
+
+
+@dataclass(frozen=True)
+class Target:
+    """Files mutated together and the test files that must kill their mutants."""
+
+    files: tuple[str, ...]
+    tests: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        outside = [f for f in self.files if f.split("/", 1)[0] not in PACKAGES]
+        if outside:
+            raise ValueError(f"only files of {PACKAGES} are mutated, got {outside}")
+
+
+MODULES: dict[str, Target] = {
+    "rules": Target(("transforms/clean/rules.py",), ("tests/transforms/test_rules.py",)),
+    "clean": Target(("transforms/clean/clean.py",), ("tests/transforms/test_clean.py",)),
+    "robots": Target(("transforms/crawl/robots.py",), ("tests/transforms/test_urls_robots.py",)),
+    "dedup": Target(("transforms/dedup/minhash.py", "transforms/dedup/components.py",
+                     "transforms/dedup/dedup.py"), ("tests/transforms/test_dedup.py",)),
+    "shards": Target(("storage/shards.py", "storage/verify.py"), ("tests/storage/test_shards.py",
+                                                                  "tests/storage/test_cache.py")),
+    "cache": Target(("storage/cache.py",), ("tests/storage/test_cache.py",)),
+    "loader": Target(("storage/loader.py",), ("tests/storage/test_loader.py",)),
+    "job": Target(("pipelines/job.py", "pipelines/run.py"), ("tests/pipelines/test_job_checks.py",
+                                                             "tests/pipelines/test_run.py")),
+    "review": Target(("pipelines/review.py",), ("tests/pipelines/test_review.py",)),
+}
+
+
+def _toml_list(items: list[str]) -> str:
+    return "[" + ", ".join(json.dumps(i) for i in items) + "]"
+
+
+def prepare(name: str, target: Target) -> Path:
+    """``.mutation/NAME/``: the repository by symlinks, and our pyproject.toml with the
+    mutmut table."""
+    work = WORK / name
+    work.mkdir(parents=True, exist_ok=True)
+    tops = sorted(p.name for p in ROOT.iterdir() if p.is_dir() and not p.is_symlink() and not p.name.startswith("."))
+    for top in tops:
+        link = work / top
+        if not link.is_symlink():
+            link.symlink_to(ROOT / top)
+    table = (f"\n[tool.mutmut]\nsource_paths = {_toml_list(list(PACKAGES))}\n"
+             f"only_mutate = {_toml_list(list(target.files))}\n"
+             f"also_copy = {_toml_list([t for t in tops if t not in PACKAGES and t != 'tests'])}\n"
+             f"pytest_add_cli_args = {_toml_list(['-p', 'no:cacheprovider'])}\n"
+             f"pytest_add_cli_args_test_selection = {_toml_list(SELECT + list(target.tests))}\n")
+    (work / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text() + table)
+    return work
+
+
+def mutmut(work: Path, args: list[str], capture: bool = False) -> subprocess.CompletedProcess[str]:
+    """mutmut's command line in ``work``, in this interpreter, with ``LIB`` after .venv's packages."""
+    code = (f"import sys; sys.path.append({str(LIB)!r}); from mutmut.__main__ import cli; "
+            f"cli.main({args!r}, prog_name='mutmut')")
+    env = {**os.environ, "TOKENFACTORY_SHARED_DATA": os.environ.get(
+        "TOKENFACTORY_SHARED_DATA", str(ROOT.parent / "shared" / "data"))}
+    return subprocess.run([sys.executable, "-c", code], cwd=work, env=env, text=True, check=False,
+                          capture_output=capture)
+
+
+def statuses(work: Path) -> dict[str, str]:
+    """Mutant name → mutmut's status (killed, survived, no tests, timeout, ...)."""
+    lines = mutmut(work, ["results", "--all", "true"], capture=True).stdout.splitlines()
+    return dict(line.strip().rsplit(": ", 1) for line in lines if ": " in line)
+
+
+def report(name: str, work: Path, target: Target) -> str:
+    """A markdown section: the counts, the score and every mutant not killed, with its diff."""
+    status = statuses(work)
+    killed = sum(s == "killed" for s in status.values())
+    counts = {s: sum(v == s for v in status.values()) for s in sorted(set(status.values()))}
+    lines = [f"## {name}: {', '.join(target.files)}", "",
+             f"tests: {', '.join(target.tests)}", "",
+             f"mutants {len(status)}, killed {killed}, score {killed / max(len(status), 1):.1%}; {counts}", ""]
+    for mutant, state in sorted(status.items()):
+        if state != "killed":
+            diff = mutmut(work, ["show", mutant], capture=True).stdout.strip()
+            lines += [f"### {mutant} ({state})", "", "```diff", diff, "```", ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("names", nargs="*", help=f"entries of MODULES (default all): {', '.join(MODULES)}")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 2, help="mutants tested at once")
+    args = parser.parse_args(argv)
+    unknown = [n for n in args.names if n not in MODULES]
+    if unknown:
+        parser.error(f"unknown modules {unknown}; known: {', '.join(MODULES)}")
+    for name in args.names or list(MODULES):
+        target = MODULES[name]
+        work = prepare(name, target)
+        shutil.rmtree(work / "mutants", ignore_errors=True)
+        run = mutmut(work, ["run", "--max-children", str(args.jobs)])
+        if run.returncode != 0:
+            print(f"mutmut run failed for {name} (exit {run.returncode})", file=sys.stderr)
+            return run.returncode
+        text = report(name, work, target)
+        (work / "report.md").write_text(text + "\n")
+        print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
