@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
+from typing import Optional
 
 import numpy as np
 import pytest
@@ -159,9 +160,41 @@ def test_report_bins_follow_each_rule_unit():
     ({"signal": "words", "key": "max_words_again"}, "another rule reads 'words' as count"),
     ({"unit": Unit.COUNT}, "the default must be None or an integer >= 0"),
     ({"direction": Direction.FLAG, "key": "reject_words"}, "a flag has a boolean default and a detail"),
+    ({"direction": Direction.FLAG, "key": "reject_words", "default": True}, "a flag has a boolean default and a detail"),
 ])
 def test_bad_rows_are_refused(change, message):
     row = dataclasses.replace(Rule("gopher_quality", "max_url_ratio", "url_ratio", Direction.MAX, 0.05,
                                    "gopher_url_ratio"), **change)
     with pytest.raises(ValueError, match=f"rule {row.family}.{row.key}: {message}"):
         check_table(RULES + (row,), FAMILIES)
+
+
+def test_a_zero_default_is_a_threshold():
+    check_table(RULES + (Rule("gopher_quality", "max_url_ratio", "url_ratio", Direction.MAX, 0, "gopher_url_ratio"),),
+                FAMILIES)
+
+
+def test_a_built_config_is_frozen_typed_documented_and_checks_its_families():
+    """Built here, not at import, so that every line of ``rules_config`` runs in the test."""
+    config = rules_config()
+    assert (config.__name__, config.__module__) == ("QualityRules", "transforms.clean.rules")
+    assert config.__doc__ == "The rule families (a section each) and the ones applied, in order."
+    assert config.field_docs["families"] == ("the families applied, in this order (the first rule a document "
+                                             "breaks is its reason)")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config().families = ()  # type: ignore[misc]
+    with pytest.raises(ValueError, match=r"unknown rule families \['nope'\]"):
+        config(families=("c4", "nope"))
+    quality = config.sections["gopher_quality"]
+    assert (quality.__name__, quality.__module__, quality.__doc__) == (
+        "GopherQualityRules", "transforms.clean.rules", FAMILIES[1].source)
+    types = {f.name: f.type for f in dataclasses.fields(quality)}
+    assert types["min_words"] == Optional[int] and types["max_symbol_word_ratio"] == Optional[float]
+    assert quality.field_docs["min_words"] == ("reject a document whose ``words`` (count) is below this "
+                                               "(reason ``gopher_min_words``); null: off")
+    assert quality.field_docs["max_words"].startswith("reject a document whose ``words`` (count) is above this")
+    assert config.sections["c4"].field_docs["reject_lorem_ipsum"] == (
+        "true: reject a document that contains 'lorem ipsum' (reason ``c4_lorem_ipsum``)")
+    assert quality(min_words=0).min_words == 0
+    with pytest.raises(ValueError, match="min_words must be >= 0, got -1"):
+        quality(min_words=-1)
