@@ -95,3 +95,22 @@ def test_writing_a_shard_holds_one_shard_beside_its_documents():
     finally:
         tracemalloc.stop()
     assert len(data) >= size and peak < 1.25 * size + (1 << 16)
+
+
+def _with_index(data: bytes, index: list[int]) -> bytes:
+    """The shard's bytes with its document index replaced (same length)."""
+    return data[:len(data) - 8 * len(index)] + np.asarray(index, dtype="<u8").tobytes()
+
+
+@pytest.mark.parametrize("index", [[1, 2, 5], [0, 2, 4], [0, 6, 5]], ids=["start", "end", "decreases"])
+def test_each_document_index_rule_is_checked_alone(index):
+    """Start at 0, end at num_tokens, never decrease: each broken on its own (the checksum
+    off, as for a shard read by range) is refused by both decode_shard and the range check."""
+    from storage.verify import check_document_index
+
+    data = encode_shard([np.array([1, 2], np.uint16), np.array([3, 4, 5], np.uint16)], np.dtype(np.uint16))[0]
+    assert decode_shard(_with_index(data, [0, 2, 5]), verify=False).num_docs == 2
+    with pytest.raises(ShardError, match="document index is inconsistent"):
+        decode_shard(_with_index(data, index), verify=False)
+    with pytest.raises(ShardError, match=r"shard-x: document index (does not run from 0 to 5|decreases)"):
+        check_document_index(np.asarray(index, dtype=np.uint64), 5, "shard-x")
