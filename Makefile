@@ -71,7 +71,7 @@ clean:
 # Mutation testing of the core decision modules (docs/TESTING.md; not part of make test):
 # make mutation [MUTATION="rules shards"] [MUTATION_JOBS=2]. mutmut is not a project
 # dependency: it goes, with only the packages .venv lacks (--no-deps, pinned), into
-# MUTMUT_LIB, which tests/mutation.py appends to sys.path after .venv's own packages.
+# MUTMUT_LIB, which tests/mutation.py puts on PYTHONPATH (it shadows nothing of .venv).
 MUTMUT_LIB ?= /tmp/tokenfactory-mutmut
 MUTMUT_PKGS := mutmut==3.8.1 libcst==1.9.0 coverage==7.17.5 setproctitle==1.3.8 textual==8.2.8 \
 	rich==15.0.0 markdown-it-py==4.3.0 mdurl==0.1.2 platformdirs==4.14.9 mdit-py-plugins==0.7.0

@@ -5,8 +5,10 @@
 killed, survived and the diff of every survivor (kept in ``.mutation/NAME/report.md``).
 
 mutmut is not a dependency of the project: the Makefile installs it, with only the
-packages .venv lacks, into ``MUTMUT_LIB`` (``--target``), and this driver appends that
-folder to ``sys.path`` so that .venv's own pytest and packages come first.
+packages .venv lacks (``--no-deps``, pinned), into ``MUTMUT_LIB`` (``--target``), and this
+driver puts that folder on ``PYTHONPATH``: it holds nothing .venv has, so nothing of .venv
+is shadowed, and the processes some tests start import the mutated modules (which import
+mutmut) too.
 
 How a run works (mutmut 3.8.1; 3.3 does not run under pytest 9): in ``.mutation/NAME/``,
 symlinks to the repository's top-level folders and a ``pyproject.toml`` (ours plus a
@@ -90,10 +92,9 @@ def prepare(name: str, target: Target) -> Path:
 
 
 def mutmut(work: Path, args: list[str], capture: bool = False) -> subprocess.CompletedProcess[str]:
-    """mutmut's command line in ``work``, in this interpreter, with ``LIB`` after .venv's packages."""
-    code = (f"import sys; sys.path.append({str(LIB)!r}); from mutmut.__main__ import cli; "
-            f"cli.main({args!r}, prog_name='mutmut')")
-    env = {**os.environ, "TOKENFACTORY_SHARED_DATA": os.environ.get(
+    """mutmut's command line in ``work``, in this interpreter."""
+    code = f"from mutmut.__main__ import cli; cli.main({args!r}, prog_name='mutmut')"
+    env = {**os.environ, "PYTHONPATH": str(LIB), "TOKENFACTORY_SHARED_DATA": os.environ.get(
         "TOKENFACTORY_SHARED_DATA", str(ROOT.parent / "shared" / "data"))}
     return subprocess.run([sys.executable, "-c", code], cwd=work, env=env, text=True, check=False,
                           capture_output=capture)

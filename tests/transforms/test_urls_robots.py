@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 import pytest
 
 from transforms.crawl.fetcher import retry_after_s
-from transforms.crawl.robots import Robots, parse_robots, robots_for_status
+from transforms.crawl.robots import Robots, parse_robots, product_token, robots_for_status
 from transforms.crawl.urls import host_key, normalize_url
 
 
@@ -167,6 +167,27 @@ def test_robots_by_status(status, allowed):
     assert robots_for_status(status, "User-agent: *\nDisallow: /\n", "x").allowed("/page") is allowed
 
 
+@pytest.mark.parametrize("status,page,private", [
+    (199, False, False), (200, True, False), (299, True, False), (300, False, False),
+    (399, False, False), (400, True, True), (499, True, True), (500, False, False)])
+def test_robots_by_status_at_the_class_boundaries(status, page, private):
+    """2xx: the rules; 4xx: allow all; anything else: disallow all (RFC 9309 2.3.1)."""
+    robots = robots_for_status(status, "User-agent: *\nDisallow: /private\n", "x")
+    assert (robots.allowed("/page"), robots.allowed("/private")) == (page, private)
+
+
+@pytest.mark.parametrize("user_agent,token", [("MyBot/1.0 (+http://x/bot)", "mybot"), ("My Bot", "my"),
+                                              ("  FooBot  ", "foobot")])
+def test_product_token(user_agent, token):
+    assert product_token(user_agent) == token
+
+
+def test_robots_txt_itself_is_always_allowed_and_an_empty_path_is_the_root():
+    robots = parse_robots("User-agent: *\nDisallow: /\n", "x")
+    assert robots.allowed("/robots.txt") and not robots.allowed("")
+    assert Robots.disallow_all().allowed("/robots.txt")  # a 5xx robots.txt may be fetched again
+
+
 def test_robots_garbage_allows_all():
     assert parse_robots("<html>not robots</html>\x00\xff", "x").allowed("/x")
     assert Robots.allow_all().allowed("/x") and not Robots.disallow_all().allowed("/x")
@@ -243,6 +264,7 @@ def test_crawl_delay_must_be_positive_and_finite():
     assert parse_robots("User-agent: *\nCrawl-delay: nan\n", "x").crawl_delay is None
     assert parse_robots("User-agent: *\nCrawl-delay: inf\n", "x").crawl_delay is None
     assert parse_robots("User-agent: *\nCrawl-delay: -3\n", "x").crawl_delay is None
+    assert parse_robots("User-agent: *\nCrawl-delay: 0\n", "x").crawl_delay is None
     assert parse_robots("User-agent: x\nCrawl-delay: 0.5\n", "X/2").crawl_delay == 0.5
 
 
