@@ -6,7 +6,7 @@ cold; verified, atomic, resumable copies) with the tier URLs of a job config.
             folder, incomplete ones too; every file in full: header, sha256, token ids)
     python -m pipelines.tiers promote --config CONFIG --version V [--from cold] [--to warm]
     python -m pipelines.tiers demote  --config CONFIG --version V [--from warm] [--to cold] [--delete-source]
-    python -m pipelines.tiers gc      --config CONFIG [--keep 2]   (archive older warm versions to cold)
+    python -m pipelines.tiers gc      --config CONFIG    (archive warm versions older than storage.keep_warm_versions to cold)
 """
 
 from __future__ import annotations
