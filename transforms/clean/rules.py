@@ -256,9 +256,6 @@ def family_failure(signals: Signals, section: Any) -> Optional[Failure]:
     return None
 
 
-c4 = family_failure  # the C4 rules alone: ``c4(signals, C4Rules())``
-
-
 def first_failure(signals: Signals, rules: QualityRules) -> Optional[Failure]:
     """The first rule (in ``rules.families`` order) that ``signals`` break, or None."""
     for family in rules.families:
