@@ -98,6 +98,22 @@ class Label:
 
 
 @dataclass(frozen=True)
+class Provenance:
+    """Where a synthetic document came from: the augment stage's rephrasing of a parent
+    document (``Doc.source`` is ``"synthetic"`` on such a document)."""
+
+    parent_id: str
+    parent_source: str  # the parent's ``source`` (its file or crawl)
+    template: str  # the prompt template's name
+    model: str  # the model the backend was asked for
+    parameters: str  # the generation parameters as JSON, keys sorted (no API key, no endpoint)
+    chunks: int = 1  # the parent was split into this many chunks, rephrased and rejoined
+
+
+SYNTHETIC_SOURCE = "synthetic"
+
+
+@dataclass(frozen=True)
 class Doc:
     """A document. Fields after ``lang_hint`` are filled by later stages."""
 
@@ -120,6 +136,9 @@ class Doc:
     token_count: int = 0
     truncated: bool = False  # the input was cut at the reader's size limit (max_payload_bytes)
     anomaly_scores: Optional[AnomalyScores] = None
+    repeats: int = 1  # tokenize writes the document this many times (the augment stage's upsampling)
+    repeat_rules: Sequence[str] = ()  # the upsampling rules that set ``repeats``
+    provenance: Optional[Provenance] = None  # set on synthetic documents (``source`` "synthetic")
 
 
 @dataclass(frozen=True)
@@ -169,7 +188,7 @@ class Failure:
     traceback: str = ""
 
 
-ROW_TYPES = (Signals, AnomalyScores, Label, Doc, RawRecord)  # Beam encodes them as rows (RowCoder)
+ROW_TYPES = (Signals, AnomalyScores, Label, Provenance, Doc, RawRecord)  # Beam encodes them as rows (RowCoder)
 
 
 SIGNALS_TYPE = pa.struct([(f.name, pa.float64()) for f in dataclasses.fields(Signals)])
@@ -185,6 +204,14 @@ LABEL_TYPE = pa.struct(
         ("reviewed_at", pa.string()),
     ]
 )
+PROVENANCE_TYPE = pa.struct([
+    ("parent_id", pa.string()),
+    ("parent_source", pa.string()),
+    ("template", pa.string()),
+    ("model", pa.string()),
+    ("parameters", pa.string()),
+    ("chunks", pa.int64()),
+])
 DOC_FIELDS: list[pa.Field] = [
     pa.field("id", pa.string(), nullable=False),
     pa.field("url", pa.string()),
@@ -205,6 +232,9 @@ DOC_FIELDS: list[pa.Field] = [
     pa.field("token_count", pa.int64()),
     pa.field("truncated", pa.bool_()),
     pa.field("anomaly_scores", ANOMALY_SCORES_TYPE),
+    pa.field("repeats", pa.int64()),
+    pa.field("repeat_rules", pa.list_(pa.string())),
+    pa.field("provenance", PROVENANCE_TYPE),
 ]
 DOC_SCHEMA = pa.schema(DOC_FIELDS)
 REJECTED_SCHEMA = pa.schema(
@@ -247,14 +277,19 @@ def doc_to_row(doc: Doc) -> dict[str, Any]:
         "token_count": doc.token_count,
         "truncated": doc.truncated,
         "anomaly_scores": dict(vars(doc.anomaly_scores)) if doc.anomaly_scores is not None else None,
+        "repeats": doc.repeats,
+        "repeat_rules": list(doc.repeat_rules),
+        "provenance": dict(vars(doc.provenance)) if doc.provenance is not None else None,
     }
 
 
 def doc_from_row(row: dict[str, Any]) -> Doc:
     """The ``Doc`` of a Parquet row written by ``doc_to_row`` (extra columns ignored;
-    columns added later, such as ``lang2`` and ``anomaly_scores``, may be missing)."""
+    columns added later, such as ``lang2``, ``anomaly_scores`` and ``repeats``, may be missing)."""
     signals = row.get("signals")
     scores = row.get("anomaly_scores")
+    provenance = row.get("provenance")
+    repeats = row.get("repeats")
     return Doc(
         id=row["id"],
         url=row.get("url") or "",
@@ -276,6 +311,9 @@ def doc_from_row(row: dict[str, Any]) -> Doc:
         token_count=row.get("token_count") or 0,
         truncated=bool(row.get("truncated")),
         anomaly_scores=AnomalyScores(**scores) if scores else None,
+        repeats=1 if repeats is None else int(repeats),
+        repeat_rules=tuple(row.get("repeat_rules") or ()),
+        provenance=Provenance(**provenance) if provenance else None,
     )
 
 
