@@ -24,6 +24,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
+from transforms.augment.config import AugmentConfig
 from transforms.clean.clean import CleanConfig
 from transforms.crawl.crawler import CrawlConfig
 from transforms.dedup.dedup import DedupConfig
@@ -147,6 +148,7 @@ class JobConfig:
     clean: Optional[CleanConfig] = None  # language ID, quality rules and models, PII redaction
     dedup: Optional[DedupConfig] = None  # exact and near-duplicate removal (``dedup: {}`` for the defaults)
     label: Optional[LabelConfig] = None  # model labels and the human review queue
+    augment: Optional[AugmentConfig] = None  # upsampling and language-model rephrasing (``source: synthetic``)
     tokenize: Optional[TokenizeConfig] = None  # tokenizer and token shards
     storage: Optional[StorageConfig] = None  # storage tiers of the token shards (``python -m pipelines.tiers``)
     beam_args: tuple[str, ...] = ()  # Beam pipeline options, e.g. ``--runner=FnApiRunner``; the command line wins

@@ -87,6 +87,8 @@ STAGE_SPECS: tuple[StageSpec, ...] = (
               does="near-duplicate clusters (MinHash-LSH, connected components): keep one each"),
     StageSpec("label", "label", EARLIER_DOCS, True, "pipelines.stages:plan_label",
               does="model labels per label set; uncertain documents to the review queue (review/)"),
+    StageSpec("augment", "augment", EARLIER_DOCS, True, "pipelines.stages:plan_augment",
+              does="upsampling (repeat counts from scores and labels) and language-model rephrasing"),
     StageSpec("tokenizer", "tokenize", EARLIER_DOCS, False, "pipelines.stages:plan_tokenizer", runs_beam=False,
               writes="tokenizer/tokenizer.model", by_default=lambda tokenize: not tokenize.model,
               does="train a sentencepiece tokenizer on a sample (when tokenize.model is not given)"),
@@ -130,7 +132,7 @@ def check_stages(config: JobConfig) -> None:
     for section, names in by_section.items():
         if set(names) & set(config.stages) and getattr(config, section) is None:
             if len(names) == 1:
-                raise ValueError(f"stage {names[0]!r} needs a {section}: section")
+                raise ValueError(f"stage {names[0]!r} needs {'an' if section[0] in 'aeiou' else 'a'} {section}: section")
             raise ValueError(f"the {section} stages need a {section}: section")
 
 

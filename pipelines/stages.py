@@ -293,6 +293,39 @@ def plan_label(config: JobConfig, upstream: str) -> StagePlan:
                       "review_files": len(reviews), "review_queue": queue_dir})
 
 
+def augment_cache_dir(config: JobConfig) -> str:
+    """Where the rephrasing's responses are cached: ``rephrase.cache_dir`` or
+    ``<output>/cache/augment`` (outside the stage's outputs: a rerun reuses them)."""
+    rephrase = config.augment.rephrase if config.augment is not None else None
+    if rephrase is not None and rephrase.cache_dir:
+        return rephrase.cache_dir
+    return FileSystems.join(config.output, "cache", "augment")
+
+
+def plan_augment(config: JobConfig, upstream: str) -> StagePlan:
+    from transforms.augment.augment import Augment
+
+    augment = config.augment
+    if augment is None:
+        raise ValueError("augment stage planned without an augment section")
+    files, fingerprint = upstream_docs(config, upstream)
+    minhash = config.dedup.minhash if config.dedup is not None else None
+    cache_dir = augment_cache_dir(config)
+    stage = "augment"
+    # The generations pass the clean checks and the near-duplicate check: those sections
+    # are part of what the stage computes.
+    sections = ("augment", "clean", "dedup") if augment.rephrase is not None else ("augment",)
+
+    def build(pipeline: beam.Pipeline) -> None:
+        outputs = (pipeline | "ReadDocs" >> ReadDocs(files)
+                   | "Augment" >> Augment(augment, stage, clean=config.clean, minhash=minhash, cache_dir=cache_dir))
+        outputs | "WriteOutputs" >> WriteStageOutputs(config.output, stage)
+
+    return StagePlan(name=stage, config_hash=config.section_hash(*sections), inputs=tuple(files),
+                     fingerprint=_fingerprint([fingerprint]), build=build,
+                     info=lambda: {"cache": cache_dir} if augment.rephrase is not None else {})
+
+
 def plan_tokenizer(config: JobConfig, upstream: str) -> StagePlan:
     from pipelines.tokenize_stage import tokenizer_path, train_tokenizer
 

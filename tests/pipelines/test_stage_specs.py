@@ -34,18 +34,19 @@ from transforms.routing import CountFn, StageOutputs
 
 def test_stage_order():
     assert known_stages() == ("crawl", "extract", "clean", "dedup_exact", "dedup_minhash", "label",
-                              "tokenizer", "tokenize")
+                              "augment", "tokenizer", "tokenize")
 
 
 def test_which_stages_make_documents():
-    assert doc_stages() == ("extract", "clean", "dedup_exact", "dedup_minhash", "label")
+    assert doc_stages() == ("extract", "clean", "dedup_exact", "dedup_minhash", "label", "augment")
 
 
 def test_what_each_stage_reads_and_which_section_configures_it():
     assert {s.name: (s.section, s.reads) for s in STAGE_SPECS} == {
         "crawl": ("crawl", "seeds"), "extract": ("extract", "inputs"), "clean": ("clean", "extract"),
         "dedup_exact": ("dedup", EARLIER_DOCS), "dedup_minhash": ("dedup", "dedup_exact"),
-        "label": ("label", EARLIER_DOCS), "tokenizer": ("tokenize", EARLIER_DOCS),
+        "label": ("label", EARLIER_DOCS), "augment": ("augment", EARLIER_DOCS),
+        "tokenizer": ("tokenize", EARLIER_DOCS),
         "tokenize": ("tokenize", EARLIER_DOCS)}
     sections = {f.name for f in dataclasses.fields(JobConfig)}
     for i, spec in enumerate(STAGE_SPECS):
@@ -165,9 +166,9 @@ def test_a_new_stage_is_one_entry_in_the_table(tmp_path, with_passthrough):
     assert config.active_stages() == ("extract", "passthrough")
     # validation of stages:
     assert load_config(_job(tmp_path, "stages: [passthrough]")).active_stages() == ("passthrough",)
-    with pytest.raises(ConfigError, match=r"unknown stages \['augment'\]; known: \['crawl', 'extract', "
+    with pytest.raises(ConfigError, match=r"unknown stages \['reshuffle'\]; known: \['crawl', 'extract', "
                                           r"'passthrough', 'clean'"):
-        load_config(_job(tmp_path, "stages: [augment]"))
+        load_config(_job(tmp_path, "stages: [reshuffle]"))
     # planning (it reads extract's documents) and running: counts, listing, report
     out = io.StringIO()
     assert main(["--config", _job(tmp_path), "--log-level", "ERROR", "--no-progress"], out=out) == 0
