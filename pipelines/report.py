@@ -8,7 +8,8 @@ the ``lang``, ``lang_score``, ``signals`` and ``anomaly_score`` columns are read
 by batch, into fixed bins: memory does not grow with the corpus); each anomaly
 detector's scores, the top-scoring documents and those only the detector caught
 (``pipelines/report_anomaly.py``); the near-duplicate
-component sizes of ``dedup_minhash``; the tokens per shard of the newest ``tokens/``
+component sizes of ``dedup_minhash``; original vs synthetic documents and tokens per
+template (``pipelines/report_augment.py``); the tokens per shard of the newest ``tokens/``
 version. Thresholds come from the job config (without one, plots have none).
 
 The HTML has no script and no external resource: every plot is inline SVG drawn here,
@@ -34,6 +35,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines.manifest import list_files, read_manifest, read_text, write_text_atomic
 from pipelines.report_anomaly import collect_anomaly, detector_thresholds
+from pipelines.report_augment import collect_augment
 from pipelines.report_data import Histogram, iter_batches, stage_files
 from pipelines.report_html import render_html
 from transforms.clean.rules import RULES, Direction, Rule, Unit, threshold
@@ -262,6 +264,7 @@ def build_report(output: str, config: Any = None) -> dict[str, Any]:
         "anomaly": collect_anomaly(output) if "clean" in names else None,
         "dedup_components": collect_components(output) if "dedup_minhash" in names else None,
         "labels": collect_labels(output, label_thresholds(config)) if "label" in names else None,
+        "augment": collect_augment(output) if "augment" in names else None,
         "tokens": collect_tokens(output),
     }
 

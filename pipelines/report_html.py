@@ -13,6 +13,7 @@ import math
 from typing import Any, Optional, Sequence
 
 from pipelines.report_anomaly import DETECTOR_FIELDS
+from pipelines.report_augment import augment_html
 
 W, H = 640, 300
 LEFT, RIGHT, TOP, BOTTOM = 64, 16, 34, 62
@@ -351,6 +352,8 @@ def render_html(report: dict[str, Any]) -> str:
         parts.append(f"<h2>Near-duplicate components</h2>{components_section(report['dedup_components'])}")
     if report.get("labels"):
         parts.append(f"<h2>Labels</h2>{labels_section(report['labels'])}")
+    if report.get("augment"):
+        parts.append(f"<h2>Augmentation</h2>{augment_html(report['augment'])}")
     if report.get("tokens"):
         parts.append(f"<h2>Tokens per shard</h2>{tokens_section(report['tokens'])}")
     config = f", config {esc(report['config'])}" if report.get("config") else ", no config (no thresholds)"

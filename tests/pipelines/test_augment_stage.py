@@ -47,7 +47,15 @@ def test_upsampling_stage_annotates_every_document_and_reconciles(tmp_path):
     repeats = {d["id"]: (d["repeats"], tuple(d["repeat_rules"])) for d in docs}
     expected = {f"d{i}": ((3, ("sampled",)) if in_sample(f"d{i}", 0.25, 3) else (1, ())) for i in range(40)}
     assert repeats == expected
-    assert 4 <= sum(r == 3 for r, _ in repeats.values()) <= 18
+    upsampled = sum(r == 3 for r, _ in repeats.values())
+    assert 4 <= upsampled <= 18
+    report = json.loads((tmp_path / "out" / "report" / "report.json").read_text())["augment"]
+    assert report["rows"] == [{"group": "original", "documents": 40, "tokens": None, "rejected": {},
+                               "chars": sum(len(f"Document number {i} has some words.") for i in range(40))}]
+    assert report["upsample_rules"] == {"sampled": {"documents": upsampled, "extra_copies": 2 * upsampled}}
+    assert report["extra_copies"] == 2 * upsampled
+    page = (tmp_path / "out" / "report" / "report.html").read_text()
+    assert "<h2>Augmentation</h2>" in page and f"sampled: {upsampled:,} documents" in page
     again = io.StringIO()
     assert main(["--config", _job(tmp_path, UPSAMPLE), "--log-level", "ERROR", "--no-progress", "--no-report"],
                 out=again) == 0
