@@ -160,6 +160,9 @@ class JobConfig:
         check_stages(self)
         if not self.inputs and self.crawl is None:
             raise ValueError("needs inputs: or a crawl: section")
+        if self.augment is not None and self.augment.rephrase is not None and self.clean is None:
+            raise ValueError("augment.rephrase needs a clean: section: every generated document passes "
+                             "the clean stage's checks before it is kept")
 
     def active_stages(self) -> tuple[str, ...]:
         """The stages to run, in pipeline order."""

@@ -68,6 +68,7 @@ def test_upsampling_stage_annotates_every_document_and_reconciles(tmp_path):
     ("  max_repeats: 2\n  upsample: [{name: a, repeat: 3}]", "repeats more than max_repeats"),
     ("  rephrase: {model: m, endpoint: 'http://u:p@h:1'}", "must not hold credentials"),
     ("  upsample: [{name: a, repeat: 2, when: {labels: [science]}}]", "'set=value'"),
+    ("  rephrase: {model: m, endpoint: 'http://127.0.0.1:9'}", "augment.rephrase needs a clean: section"),
 ])
 def test_bad_augment_sections_are_config_errors(tmp_path, augment, message):
     with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):
