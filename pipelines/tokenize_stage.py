@@ -198,7 +198,8 @@ class TokenizeDriver:
         out = FileSystems.join(self.work, "fingerprint")
 
         def build(pipeline: beam.Pipeline) -> None:
-            (pipeline | "ReadDocs" >> self.read_docs(self.files) | "Fingerprint" >> FingerprintDocs(self.config.max_repeats)
+            (pipeline | "ReadDocs" >> self.read_docs(self.files)
+             | "Fingerprint" >> FingerprintDocs(self.config.max_repeats)
              | "Write" >> beam.io.WriteToText(FileSystems.join(out, "part")))
 
         run_pipeline(options, build)

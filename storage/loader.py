@@ -53,8 +53,8 @@ from storage.plan import EpochTokens, Group, Source, check_same_tokenizer, mix_s
     shard_permutation, window_locations, window_permutation, window_repeat_shares, windows_in
 from storage.shards import ShardError
 
-__all__ = ["EpochTokens", "Group", "LoaderStats", "Source", "TokenDataset", "TokenLoader", "mix_schedule", "position_ids",
-           "shard_permutation", "window_permutation", "windows_in"]
+__all__ = ["EpochTokens", "Group", "LoaderStats", "Source", "TokenDataset", "TokenLoader", "mix_schedule",
+           "position_ids", "shard_permutation", "window_permutation", "windows_in"]
 
 _LOGGER = logging.getLogger(__name__)
 

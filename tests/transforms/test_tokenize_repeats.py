@@ -12,6 +12,7 @@ import apache_beam as beam
 import pyarrow.parquet as pq
 import pytest
 from apache_beam.metrics.metric import MetricsFilter
+from apache_beam.testing.test_pipeline import TestPipeline
 
 from storage.repeats import copy_buckets, min_copy_distance, upsampling_summary
 from storage.shards import decode_shard
@@ -45,7 +46,7 @@ def documents(upsampled: dict[str, tuple[int, tuple[str, ...]]]) -> list[Doc]:
 def tokenize(tmp_path: Path, docs: list[Doc], beam_options, target: int = 1500) -> dict:
     model = str(shared("models", "spm_test_model_botchan.model"))
     out = tmp_path / "version"
-    pipeline = beam.Pipeline(options=beam_options)
+    pipeline = TestPipeline(options=beam_options)
     result = (pipeline | beam.Create(docs)
               | TokenizeToShards(TokenizeConfig(target_shard_bytes=target, seed=SEED), model, str(out)))
     result.kept | "Records" >> beam.Map(json.dumps) | beam.io.WriteToText(str(tmp_path / "records"),

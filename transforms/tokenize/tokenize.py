@@ -125,7 +125,7 @@ def doc_fingerprint(doc_id: str, text: str, repeats: int = 1, rules: Sequence[st
     data = len(ident).to_bytes(8, "little") + ident + text.encode("utf-8", "surrogatepass")
     if repeats != 1 or rules:
         names = json.dumps(sorted(set(rules))).encode("utf-8", "surrogatepass")
-        data += b"\0repeats" + repeats.to_bytes(8, "little") + names
+        data += b"\0repeats" + repeats.to_bytes(8, "little", signed=True) + names
     digest = hashlib.blake2b(data, digest_size=16).digest()
     return int.from_bytes(digest[:8], "little") & _HALF, int.from_bytes(digest[8:], "little") & _HALF
 
