@@ -45,6 +45,7 @@ def documents(upsampled: dict[str, tuple[int, tuple[str, ...]]]) -> list[Doc]:
 
 def tokenize(tmp_path: Path, docs: list[Doc], beam_options, target: int = 1500) -> dict:
     model = str(shared("models", "spm_test_model_botchan.model"))
+    tmp_path.mkdir(parents=True, exist_ok=True)
     out = tmp_path / "version"
     pipeline = TestPipeline(options=beam_options)
     result = (pipeline | beam.Create(docs)
@@ -143,3 +144,11 @@ def test_the_fingerprint_changes_with_the_upsampling_and_only_then():
 def test_max_repeats_is_validated(value):
     with pytest.raises(ValueError, match="max_repeats must be in 1..1000"):
         TokenizeConfig(max_repeats=value)
+
+
+def test_upsampled_shards_are_the_same_on_every_run(tmp_path, beam_options):
+    docs = documents(UPSAMPLED)
+    first = tokenize(tmp_path / "a", docs, beam_options)["records"]
+    again = tokenize(tmp_path / "b", list(reversed(docs)), beam_options)["records"]  # another input order
+    assert [(r["name"], r["sha256"], r["documents_sha256"]) for r in first] == \
+        [(r["name"], r["sha256"], r["documents_sha256"]) for r in again]
