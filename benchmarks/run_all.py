@@ -11,7 +11,8 @@ from __future__ import annotations
 import sys
 
 from benchmarks import (bench_anomaly, bench_crawl, bench_dedup_quality, bench_extract, bench_langid,
-                        bench_langid_mixed, bench_loader, bench_minhash, bench_tiers, bench_tokenize, bench_warc)
+                        bench_langid_mixed, bench_loader, bench_minhash, bench_tiers, bench_tokenize, bench_upsample,
+                        bench_warc)
 
 BENCHMARKS = (
     ("extraction", bench_extract.main, []),
@@ -23,6 +24,7 @@ BENCHMARKS = (
     ("minhash signatures", bench_minhash.main, []),
     ("near-duplicate quality", bench_dedup_quality.main, []),
     ("tokenize", bench_tokenize.main, []),
+    ("upsampling: tokens per epoch", bench_upsample.main, []),
     ("tier copies", bench_tiers.main, []),
     ("loader (ours vs memmap)", bench_loader.main, ["--tokens", "20000000"]),
 )

@@ -6,7 +6,8 @@ sample of the last document stage and writes ``<output>/tokenizer/tokenizer.mode
 ``tokenize``: a dataset version ``<output>/tokens/<version>/`` is self-contained and
 immutable. Its name is ``v<UTC time>-<key>``, ``key`` = ``version_key``: a hash of what
 decides the tokens (the tokenizer's sha256, the token-affecting settings, the id and text
-of every kept document, the index format; labels and signals play no part). The driver
+of every kept document, its repeat count and rules when upsampled, the index format;
+labels and signals play no part). The driver
 
 1. removes version folders without index.json (leftovers of killed runs): all of them
    when this process holds the output's lease (``pipelines.lease``: then no other run
@@ -22,7 +23,9 @@ of every kept document, the index format; labels and signals play no part). The 
    (``documents/<shard>.parquet``, written by the worker: no list of every document passes
    through the driver), and the rejected documents (``rejected/``), then writes, last,
    ``index.json`` (index version 3: shards, checksums, the tokenizer's file, sha256, vocab
-   size and special ids, the key, the stage counters, the lineage);
+   size and special ids, the key, the stage counters, the lineage, and the upsampling:
+   ``repeat_docs`` and ``repeat_tokens`` overall and per shard, entries and tokens beyond
+   each document's first copy, and ``upsampling``, tokens before and after per rule);
 4. points ``tokens/CURRENT`` at the version, copies its rejected documents to
    ``rejected/tokenize/`` and, with ``storage.warm``, copies the version there.
 """
@@ -45,6 +48,7 @@ from pipelines.beam_runs import counter_totals, run_pipeline
 from pipelines.manifest import read_manifest, read_text, write_text_atomic
 from pipelines.outputs import WriteParquet
 from storage.index import INDEX_VERSION, MAX_TOKEN_ID, check_version_name
+from storage.repeats import upsampling_summary
 from transforms.doc import REJECTED_SCHEMA, rejected_to_row
 from transforms.tokenize.tokenize import (FingerprintDocs, TokenizeConfig, TokenizeToShards, version_key,
                                           write_atomic)
@@ -187,13 +191,15 @@ class TokenizeDriver:
         self.version = ""
         self.directory = ""
         self.reused = False
+        self.upsampling: dict[str, Any] = {}
 
     def _fingerprint(self, options: PipelineOptions) -> tuple[int, int]:
         """(documents, fingerprint sum) of the input documents: a Beam pipeline."""
         out = FileSystems.join(self.work, "fingerprint")
 
         def build(pipeline: beam.Pipeline) -> None:
-            (pipeline | "ReadDocs" >> self.read_docs(self.files) | "Fingerprint" >> FingerprintDocs()
+            (pipeline | "ReadDocs" >> self.read_docs(self.files)
+             | "Fingerprint" >> FingerprintDocs(self.config.max_repeats)
              | "Write" >> beam.io.WriteToText(FileSystems.join(out, "part")))
 
         run_pipeline(options, build)
@@ -230,6 +236,7 @@ class TokenizeDriver:
             self.directory = FileSystems.join(self.tokens_dir, self.version)
             index = json.loads(_read_bytes(FileSystems.join(self.directory, "index.json")))
             totals = dict(index.get("tokenize_counters") or {"shards": index["num_shards"]})
+            self.upsampling = index.get("upsampling") or upsampling_summary(index["shards"])
             _LOGGER.info("tokenize: version %s has the same tokens (key %s): reused", self.version, key[:12])
         else:
             for name in [n for n in folders if n.endswith("-" + key[:12]) and not folders[n]["complete"]]:
@@ -238,8 +245,9 @@ class TokenizeDriver:
             self.directory = FileSystems.join(self.tokens_dir, self.version)
             write_atomic(FileSystems.join(self.directory, TOKENIZER_FILE), tokenizer_bytes)
             totals = self._tokenize(options)
-            self._write_index(_read_records(FileSystems.join(self.work, "shards")), tokenizer, key,
-                              created, totals)
+            records = _read_records(FileSystems.join(self.work, "shards"))
+            self.upsampling = upsampling_summary(records)
+            self._write_index(records, tokenizer, key, created, totals)
         write_text_atomic(FileSystems.join(self.tokens_dir, CURRENT), self.version + "\n")
         self._publish_rejected()
         if self.storage is not None and self.storage.warm:
@@ -276,7 +284,8 @@ class TokenizeDriver:
 
     def info(self) -> dict[str, object]:
         return {"dataset_version": self.version, "tokenizer": self.model,
-                "tokenizer_sha256": self.tokenizer_sha256, "version_reused": self.reused}
+                "tokenizer_sha256": self.tokenizer_sha256, "version_reused": self.reused,
+                "upsampling": self.upsampling}
 
     def _write_index(self, records: list[dict[str, Any]], tokenizer: dict[str, Any], key: str,
                      created: datetime, totals: dict[str, int]) -> None:
@@ -292,8 +301,10 @@ class TokenizeDriver:
             "eos_appended": self.config.append_eos,
             "num_shards": len(records), "num_docs": sum(r["num_docs"] for r in records),
             "num_tokens": sum(r["num_tokens"] for r in records),
+            "repeat_docs": self.upsampling["repeat_docs"], "repeat_tokens": self.upsampling["repeat_tokens"],
+            "upsampling": self.upsampling,
             "shards": [{k: r[k] for k in ("name", "num_docs", "num_tokens", "num_bytes", "sha256",
-                                          "documents", "documents_sha256")}
+                                          "documents", "documents_sha256", "repeat_docs", "repeat_tokens")}
                        | {"tier": self.tier} for r in records],
             "tokenize_counters": dict(sorted(totals.items())),
             "lineage": {"config_hash": self.config_hash, "input_stage": self.upstream_stage,

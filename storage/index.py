@@ -11,6 +11,12 @@ Index versions: 1 (one ``documents/part-00000-of-00001.parquet`` for the whole v
 2 (a documents table per shard, ``shards[].documents``), 3 (also the tokenizer inside the
 version, ``tokenizer.file``, with its special ids, and a sha256 of every documents table).
 Readers of every version are kept; writers write ``INDEX_VERSION``.
+
+Upsampling (optional fields of version 3, 0 when absent): ``repeat_docs`` and
+``repeat_tokens``, at the top and per shard, are the entries (and their tokens) that are
+a document's copy 1 or later (``storage.repeats``); ``num_docs`` and ``num_tokens`` count
+every entry. A per-shard value above the shard's own count, or a top-level value other
+than the sum over the shards, is refused.
 """
 
 from __future__ import annotations
@@ -25,8 +31,8 @@ _LOGGER = logging.getLogger(__name__)
 __all__ = ["DOCUMENTS_PATTERN", "DTYPES", "INDEX_VERSION", "IndexFileError", "LEGACY_DOCUMENTS",
            "MAX_TOKEN_ID", "READABLE_INDEX_VERSIONS", "SHARD_PATTERN", "TOKENIZER_PATTERN", "VERSION_PATTERN",
            "VersionFile", "check_documents_name", "check_shard_name", "check_tokenizer_name",
-           "check_version_name", "index_version", "special_ids", "validate_index", "version_files",
-           "vocab_size_of"]
+           "check_version_name", "index_version", "repeat_counts", "special_ids", "validate_index",
+           "version_files", "vocab_size_of"]
 
 INDEX_VERSION = 3
 READABLE_INDEX_VERSIONS = (1, 2, 3)
@@ -130,6 +136,10 @@ def validate_index(index: Any, where: str = "index.json") -> dict[str, Any]:
             check_documents_name(entry["documents"], at)
         if entry.get("documents_sha256") is not None:
             _sha(entry["documents_sha256"], "documents_sha256", f"{at} ({name})")
+        for key, whole in (("repeat_docs", "num_docs"), ("repeat_tokens", "num_tokens")):
+            if key in entry and _count(entry, key, f"{at} ({name})") > entry[whole]:
+                raise IndexFileError(f"{at} ({name}): {key} {entry[key]} exceeds {whole} {entry[whole]}")
+    _check_repeat_totals(index, where)
     tokenizer = index.get("tokenizer")
     if isinstance(tokenizer, dict) and tokenizer.get("file") is not None:
         check_tokenizer_name(tokenizer["file"], f"{where}: tokenizer")
@@ -138,6 +148,23 @@ def validate_index(index: Any, where: str = "index.json") -> dict[str, Any]:
     if vocab is not None and not 0 < vocab <= MAX_TOKEN_ID + 1:
         raise IndexFileError(f"{where}: vocab_size {vocab} outside 1..{MAX_TOKEN_ID + 1}")
     return index
+
+
+def _check_repeat_totals(index: dict[str, Any], where: str) -> None:
+    """Top-level ``repeat_docs``/``repeat_tokens``: counts equal to the sum over the shards."""
+    for key in ("repeat_docs", "repeat_tokens"):
+        if key not in index:
+            continue
+        value = _count(index, key, where)
+        total = sum(entry.get(key, 0) for entry in index["shards"])
+        if value != total:
+            raise IndexFileError(f"{where}: {key} {value} is not the sum over the shards ({total})")
+
+
+def repeat_counts(entry: dict[str, Any]) -> tuple[int, int]:
+    """(``repeat_docs``, ``repeat_tokens``) of a validated index or shard entry: 0 when an
+    index written before upsampling has none."""
+    return int(entry.get("repeat_docs", 0)), int(entry.get("repeat_tokens", 0))
 
 
 def vocab_size_of(index: dict[str, Any]) -> Optional[int]:

@@ -27,6 +27,9 @@ depends on timing, ranks' speed or the number of DataLoader workers.
   memory map; ``position_ids`` are whole-batch numpy steps (``storage.plan.position_ids``).
 * Sources whose indexes record different tokenizers (sha256) are refused: their ids mean
   different things.
+* Epoch accounting (``epoch_tokens``): a rank's windows and tokens in an epoch, or in its
+  first n batches (what a resumed state has consumed), and how many of those tokens are
+  repeats of upsampled documents, by the shards' ``repeat_tokens`` in ``index.json``.
 * Ranks take every R-th sample and the same number each (the remainder is dropped), so
   every rank gets the same number of batches. Inside a rank, DataLoader worker w makes
   batches w, w+W, w+2W...: the DataLoader hands batches back in exactly the rank order
@@ -46,12 +49,12 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from storage.cache import ShardCache
-from storage.plan import Group, Source, check_same_tokenizer, mix_schedule, position_ids, shard_permutation, \
-    window_locations, window_permutation, windows_in
+from storage.plan import EpochTokens, Group, Source, check_same_tokenizer, mix_schedule, position_ids, \
+    shard_permutation, window_locations, window_permutation, window_repeat_shares, windows_in
 from storage.shards import ShardError
 
-__all__ = ["Group", "LoaderStats", "Source", "TokenDataset", "TokenLoader", "mix_schedule", "position_ids",
-           "shard_permutation", "window_permutation", "windows_in"]
+__all__ = ["EpochTokens", "Group", "LoaderStats", "Source", "TokenDataset", "TokenLoader", "mix_schedule",
+           "position_ids", "shard_permutation", "window_permutation", "windows_in"]
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -107,7 +110,8 @@ class TokenDataset(IterableDataset):
             order = shard_permutation(len(shards), self.seed, epoch, stream)
             picked = [shards[i] for i in order]
             out.append([Group(stream, tuple(s["name"] for s in picked[g:g + self.buffer_shards]),
-                              tuple(int(s["num_tokens"]) for s in picked[g:g + self.buffer_shards]))
+                              tuple(int(s["num_tokens"]) for s in picked[g:g + self.buffer_shards]),
+                              tuple(int(s.get("repeat_tokens", 0)) for s in picked[g:g + self.buffer_shards]))
                         for g in range(0, len(picked), self.buffer_shards)])
         return out
 
@@ -141,6 +145,29 @@ class TokenDataset(IterableDataset):
     def __len__(self) -> int:
         """Full batches per rank in the current epoch."""
         return len(self.plan_rows(self.epoch)) // self.batch_size
+
+    def epoch_tokens(self, epoch: Optional[int] = None, batches: Optional[int] = None) -> EpochTokens:
+        """This rank's windows and tokens in epoch ``epoch`` (default: the current one), in
+        its first ``batches`` batches (default: all ``len(self)``; a state's ``batches``
+        gives what a resumed run has consumed), and the repeat tokens among them
+        (``EpochTokens``). Planned, not read: a pure function of (seed, epoch, indexes);
+        windows of a group skipped as damaged while reading are still counted."""
+        epoch = self.epoch if epoch is None else epoch
+        plan = self.plan_rows(epoch)
+        full = len(plan) // self.batch_size
+        if batches is not None and (isinstance(batches, bool) or not isinstance(batches, int) or batches < 0):
+            raise ValueError(f"batches must be an integer >= 0, got {batches!r}")
+        batches = full if batches is None else min(batches, full)
+        rows, groups = plan[:batches * self.batch_size], self.groups(epoch)
+        if self.pack == "concat":
+            shares = window_repeat_shares(window_locations(rows, groups, self.seq_len), groups)
+            targets = np.full(len(rows), self.seq_len, dtype=np.float64)
+        else:
+            found = [(groups[s][g], self._doc_windows(groups[s][g])[w]) for s, g, w in rows.tolist()]
+            shares = np.array([group.repeat_share(w[0]) for group, w in found], dtype=np.float64)
+            targets = np.array([min(self.seq_len, w[3] - w[2] - 1) for _, w in found], dtype=np.float64)
+        return EpochTokens(epoch=epoch, batches=batches, samples=len(rows), tokens=int(targets.sum()),
+                           repeat_tokens=int(round(float((targets * shares).sum()))))
 
     # --- resume ---------------------------------------------------------------------------
     def set_epoch(self, epoch: int) -> None:

@@ -12,8 +12,8 @@ import numpy as np
 
 _LOGGER = logging.getLogger(__name__)
 
-__all__ = ["Group", "Source", "check_same_tokenizer", "mix_schedule", "position_ids", "shard_permutation",
-           "window_locations", "window_permutation", "windows_in"]
+__all__ = ["EpochTokens", "Group", "Source", "check_same_tokenizer", "mix_schedule", "position_ids",
+           "shard_permutation", "window_locations", "window_permutation", "window_repeat_shares", "windows_in"]
 
 
 @dataclass(frozen=True)
@@ -31,10 +31,41 @@ class Group:
     stream: int
     shards: tuple[str, ...]
     tokens: tuple[int, ...]
+    repeat_tokens: tuple[int, ...] = ()  # per shard, index.json's repeat_tokens (empty: none)
 
     @property
     def total(self) -> int:
         return sum(self.tokens)
+
+    def repeat_share(self, shard: int) -> float:
+        """The share of shard ``shard``'s tokens that are copies 1.. of upsampled documents."""
+        if not self.repeat_tokens or not self.tokens[shard]:
+            return 0.0
+        return self.repeat_tokens[shard] / self.tokens[shard]
+
+
+@dataclass(frozen=True)
+class EpochTokens:
+    """A rank's tokens in (part of) an epoch: ``samples`` windows, ``tokens`` the tokens
+    they train on (targets: ``seq_len`` a window in concat packing, the real tokens but
+    the first in document packing), ``repeat_tokens`` how many of those are estimated to
+    come from copies 1.. of upsampled documents (each window's tokens times the repeat
+    share, ``repeat_tokens / num_tokens`` in index.json, of the shard it starts in: the
+    index records repeats per shard, not per token)."""
+
+    epoch: int
+    batches: int
+    samples: int
+    tokens: int
+    repeat_tokens: int
+
+    @property
+    def repeat_share(self) -> float:
+        return self.repeat_tokens / self.tokens if self.tokens else 0.0
+
+    @property
+    def unique_tokens(self) -> int:
+        return self.tokens - self.repeat_tokens
 
 
 def shard_permutation(num_shards: int, seed: int, epoch: int, stream: int) -> np.ndarray:
@@ -88,6 +119,18 @@ def window_locations(plan: np.ndarray, groups: Sequence[Sequence[Group]], seq_le
     local = shard - first_shard[gid]
     crosses = start + seq_len + 1 > bounds[shard + 1]
     return np.stack([gid, np.where(crosses, -1 - local, local), start - bounds[shard]], axis=1)
+
+
+def window_repeat_shares(locations: np.ndarray, groups: Sequence[Sequence[Group]]) -> np.ndarray:
+    """The repeat share (``Group.repeat_share``) of the shard each window of
+    ``window_locations`` starts in, as float64, one numpy gather over the epoch's shards."""
+    if len(locations) == 0:
+        return np.zeros(0, dtype=np.float64)
+    flat = [group for stream_groups in groups for group in stream_groups]
+    shares = np.array([g.repeat_share(i) for g in flat for i in range(len(g.shards))], dtype=np.float64)
+    first_shard = np.cumsum([0] + [len(g.shards) for g in flat])
+    local = np.where(locations[:, 1] >= 0, locations[:, 1], -1 - locations[:, 1])
+    return shares[first_shard[locations[:, 0]] + local]
 
 
 def check_same_tokenizer(sources: Sequence[Source], indexes: Sequence[dict[str, Any]]) -> None:

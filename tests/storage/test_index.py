@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from storage.index import (IndexFileError, check_documents_name, check_shard_name, check_tokenizer_name,
-                           check_version_name, special_ids, validate_index, version_files)
+                           check_version_name, repeat_counts, special_ids, validate_index, version_files)
 
 SHA = "ab" * 32
 HOSTILE = ["..", ".", "", "../../..", "../x", "a/b", "/abs", "v1/../..", "x\\y", "v1\x00", "v1\n", " v1", "-rf",
@@ -90,3 +90,30 @@ def test_version_files_of_index_versions_1_2_and_3():
 def test_malformed_indexes_name_the_field(bad, match):
     with pytest.raises(IndexFileError, match=match):
         validate_index(bad, "gs://b/v/index.json")
+
+
+@pytest.mark.parametrize("bad,match", [
+    ({"shards": [entry(0, repeat_tokens=-1)]}, "repeat_tokens must be an integer >= 0"),
+    ({"shards": [entry(0, repeat_docs=-3)]}, "repeat_docs must be an integer >= 0"),
+    ({"shards": [entry(0, repeat_docs=True)]}, "repeat_docs must be an integer"),
+    ({"shards": [entry(0, repeat_tokens="2")]}, "repeat_tokens must be an integer"),
+    ({"shards": [entry(0, repeat_tokens=2.0)]}, "repeat_tokens must be an integer"),
+    ({"shards": [entry(0, repeat_tokens=4)]}, "repeat_tokens 4 exceeds num_tokens 3"),
+    ({"shards": [entry(0, repeat_docs=1 << 62)]}, "repeat_docs 4611686018427387904 exceeds num_docs 1"),
+    ({"repeat_tokens": -1, "shards": [entry(0)]}, "repeat_tokens must be an integer >= 0"),
+    ({"repeat_tokens": 1 << 70, "shards": [entry(0, repeat_tokens=3)]}, "not the sum over the shards"),
+    ({"repeat_docs": 1, "shards": [entry(0), entry(1)]}, "repeat_docs 1 is not the sum over the shards \\(0\\)"),
+    ({"repeat_docs": None, "shards": [entry(0)]}, "repeat_docs must be an integer"),
+])
+def test_hostile_repeat_counts_are_refused(bad, match):
+    with pytest.raises(IndexFileError, match=match):
+        validate_index({"version": "v", **bad}, "gs://b/v/index.json")
+
+
+def test_repeat_counts_default_to_zero_for_indexes_before_upsampling():
+    old = validate_index({"version": "v", "index_version": 3, "shards": [entry(0), entry(1)]})
+    assert repeat_counts(old) == (0, 0) and repeat_counts(old["shards"][0]) == (0, 0)
+    new = validate_index({"version": "v", "repeat_docs": 1, "repeat_tokens": 5,
+                          "shards": [entry(0, num_docs=2, num_tokens=6, repeat_docs=1, repeat_tokens=3),
+                                     entry(1, repeat_docs=0, repeat_tokens=2)]})
+    assert repeat_counts(new) == (1, 5) and repeat_counts(new["shards"][1]) == (0, 2)

@@ -7,6 +7,14 @@ same seed and input on any runner, and every document is equally likely to land 
 place of the dataset. ``S = ceil(total bytes / target shard bytes)`` comes from a global
 sum (a side input). A document is never split, so a document longer than the target
 makes its shard larger than the target.
+
+Upsampling: a document with ``repeats = r`` (set by the augment stage) is written as r
+entries, copies 0..r-1 of one token array; its text stays once in ``docs/``. Copy 0 takes
+the document's own bucket and position key (so a corpus without repeats gives the same
+shards as before); copy k takes bucket ``storage.repeats.copy_bucket`` (different shards
+whenever r <= S, spread evenly otherwise) and its own position key. Each shard's
+documents table has a ``copy`` column (0: the document's first entry). A repeat count
+outside 1..``max_repeats`` is rejected (reason ``repeats``), never a crash.
 """
 
 from __future__ import annotations
@@ -16,7 +24,8 @@ import json
 import logging
 import math
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Optional
+from enum import Enum
+from typing import Any, Iterable, Iterator, Optional, Sequence
 
 import apache_beam as beam
 import numpy as np
@@ -26,6 +35,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.utils import shared
 
+from storage.repeats import check_repeats, copy_bucket, shard_repeat_stats
 from storage.shards import dtype_for_vocab, encode_shard
 from transforms import progress
 from transforms.doc import Doc, Rejected
@@ -44,6 +54,15 @@ MAX_VOCAB_SIZE = 1 << 30
 MIN_VOCAB_SIZE = 16
 # byte_fallback needs the 256 byte pieces, unk, bos, eos and at least one character.
 BYTE_FALLBACK_MIN_VOCAB = 256 + 3 + 1
+# A cap on ``max_repeats``: far above the few repeats quality upsampling uses (DCLM and
+# Nemotron-CC repeat their best tier a handful of times), low enough that one document
+# cannot make a dataset a thousand times its size.
+MAX_REPEATS_LIMIT = 1000
+
+
+class TokenizeReason(str, Enum):
+    EMPTY = "empty"  # the text encodes to no token
+    REPEATS = "repeats"  # the repeat count is not an integer in 1..tokenize.max_repeats
 
 
 @dataclass(frozen=True)
@@ -53,8 +72,10 @@ class TokenizeConfig:
 
     What decides the tokens, and so the dataset version (``version_key``): the tokenizer
     (its sha256: ``model`` or the training settings through the model trained),
-    ``seed``, ``append_eos``, ``target_shard_bytes``, ``dataset`` and the documents.
-    ``batch_size`` only changes how many documents one ``encode`` call takes."""
+    ``seed``, ``append_eos``, ``target_shard_bytes``, ``dataset`` and the documents (id,
+    text and, when upsampled, repeat count and rules; ``max_repeats`` only through the
+    documents it rejects). ``batch_size`` only changes how many documents one ``encode``
+    call takes."""
 
     model: str = ""  # a sentencepiece model, path or URL; "" = train one (the tokenizer stage)
     vocab_size: int = 32000  # training: vocabulary size
@@ -67,6 +88,9 @@ class TokenizeConfig:
     append_eos: bool = True  # an end-of-sequence token after every document
     batch_size: int = 256  # documents per encode call
     dataset: str = "dataset"  # the dataset's name in index.json (part of the version key)
+    # the most entries one document may be written as (its ``repeats``, set by upsampling);
+    # a larger count rejects the document (rejected/tokenize, reason ``repeats``)
+    max_repeats: int = 16
 
     def __post_init__(self) -> None:
         if self.model_type not in ("bpe", "unigram"):
@@ -84,16 +108,24 @@ class TokenizeConfig:
         for key in ("train_sample_docs", "target_shard_bytes", "batch_size"):
             if getattr(self, key) < 1:
                 raise ValueError(f"{key} must be >= 1, got {getattr(self, key)}")
+        if not 1 <= self.max_repeats <= MAX_REPEATS_LIMIT:
+            raise ValueError(f"max_repeats must be in 1..{MAX_REPEATS_LIMIT}, got {self.max_repeats}")
 
 
 _HALF = (1 << 63) - 1  # every value stays a signed 64-bit int: any runner's int coder carries it
 
 
-def doc_fingerprint(doc_id: str, text: str) -> tuple[int, int]:
+def doc_fingerprint(doc_id: str, text: str, repeats: int = 1, rules: Sequence[str] = ()) -> tuple[int, int]:
     """A 126-bit hash of a document's id and text, as two 63-bit halves (labels and signals
-    left out: they do not change its tokens)."""
+    left out: they do not change its tokens). An upsampled document (``repeats`` other than
+    1, or upsampling ``rules``) also hashes its repeat count (0 stands for one the stage
+    rejects) and rule names: another upsampling is another dataset version. A document
+    without upsampling hashes as before, so its versions keep their keys."""
     ident = doc_id.encode("utf-8")
     data = len(ident).to_bytes(8, "little") + ident + text.encode("utf-8", "surrogatepass")
+    if repeats != 1 or rules:
+        names = json.dumps(sorted(set(rules))).encode("utf-8", "surrogatepass")
+        data += b"\0repeats" + repeats.to_bytes(8, "little", signed=True) + names
     digest = hashlib.blake2b(data, digest_size=16).digest()
     return int.from_bytes(digest[:8], "little") & _HALF, int.from_bytes(digest[8:], "little") & _HALF
 
@@ -119,11 +151,23 @@ class SumFingerprints(beam.CombineFn):
         return json.dumps({"documents": acc[0], "sum": f"{(acc[2] << 63) | acc[1]:032x}"})
 
 
+def fingerprint_of(doc: Doc, max_repeats: int) -> tuple[int, int]:
+    """``doc_fingerprint`` of a document as the stage sees it: a repeat count it rejects
+    (outside 1..``max_repeats``) hashes as 0."""
+    repeats = doc.repeats if check_repeats(doc.repeats, max_repeats) is None else 0
+    return doc_fingerprint(doc.id, doc.text, repeats, tuple(doc.repeat_rules))
+
+
 class FingerprintDocs(beam.PTransform):
     """``Doc`` → one JSON line ``{"documents": n, "sum": hex}`` for the whole collection."""
 
+    def __init__(self, max_repeats: int = TokenizeConfig.max_repeats) -> None:
+        super().__init__()
+        self._max_repeats = max_repeats
+
     def expand(self, docs: beam.PCollection[Doc]) -> beam.PCollection[str]:
-        return (docs | "Fingerprint" >> beam.Map(lambda d: doc_fingerprint(d.id, d.text))
+        cap = self._max_repeats
+        return (docs | "Fingerprint" >> beam.Map(lambda d: fingerprint_of(d, cap))
                 | "Sum" >> beam.CombineGlobally(SumFingerprints()))
 
 
@@ -143,6 +187,29 @@ def shuffle_key(seed: int, doc_id: str) -> int:
     return int.from_bytes(hashlib.blake2b(f"{seed}:{doc_id}".encode(), digest_size=8).digest(), "big")
 
 
+def copy_shuffle_key(seed: int, doc_id: str, copy: int) -> int:
+    """The position key of copy ``copy`` of a document in its shard: copy 0's is the
+    document's own ``shuffle_key``, each later copy's its own pseudo-random key."""
+    if copy == 0:
+        return shuffle_key(seed, doc_id)
+    data = f"{seed}:copy{copy}:".encode() + doc_id.encode("utf-8", "surrogatepass")
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "big")
+
+
+Encoded = tuple[str, np.ndarray, int, tuple[str, ...]]  # (doc id, tokens, repeats, rules)
+Entry = tuple[str, int, np.ndarray, int, tuple[str, ...]]  # (doc id, copy, tokens, repeats, rules)
+
+
+def place_copies(seed: int, encoded: Encoded, shards: int) -> Iterator[tuple[int, Entry]]:
+    """(bucket, entry) of every copy of an encoded document: copy 0 in the document's own
+    bucket ``shuffle_key(seed + 1, id) % shards``, copy k in ``copy_bucket`` of it. The
+    rule names travel with copy 0 only (they are counted there)."""
+    doc_id, tokens, repeats, rules = encoded
+    first = shuffle_key(seed + 1, doc_id) % shards
+    for copy in range(repeats):
+        yield copy_bucket(first, copy, repeats, shards), (doc_id, copy, tokens, repeats, rules if copy == 0 else ())
+
+
 class _Tokenizer:
     """A loaded sentencepiece model (weak-referenceable for ``shared.Shared``)."""
 
@@ -157,9 +224,13 @@ class _Tokenizer:
 
 
 class _EncodeFn(beam.DoFn):
-    def __init__(self, model: str, append_eos: bool) -> None:
+    """Batches of ``Doc`` → (id, tokens, repeats, rules); a bad repeat count or an empty
+    encoding → rejected."""
+
+    def __init__(self, model: str, append_eos: bool, max_repeats: int) -> None:
         self._model = model
         self._append_eos = append_eos
+        self._max_repeats = max_repeats
         self._shared = shared.Shared()
 
     def setup(self) -> None:
@@ -167,17 +238,27 @@ class _EncodeFn(beam.DoFn):
 
     def process(self, batch: list[Doc]) -> Iterator[Any]:
         tok = self._tok
-        ids = tok.sp.encode([d.text for d in batch])
-        for doc, pieces in zip(batch, ids):
+        kept = []
+        for doc in batch:
+            problem = check_repeats(doc.repeats, self._max_repeats)
+            if problem is None:
+                kept.append(doc)
+            else:
+                yield beam.pvalue.TaggedOutput(REJECTED, Rejected(doc, TokenizeReason.REPEATS.value, problem))
+        ids = tok.sp.encode([d.text for d in kept]) if kept else []
+        for doc, pieces in zip(kept, ids):
             if not pieces:
-                yield beam.pvalue.TaggedOutput(REJECTED, Rejected(doc, "empty", "no tokens"))
+                yield beam.pvalue.TaggedOutput(REJECTED, Rejected(doc, TokenizeReason.EMPTY.value, "no tokens"))
                 continue
             if self._append_eos and tok.eos >= 0:
                 pieces.append(tok.eos)
-            yield doc.id, np.asarray(pieces, dtype=tok.dtype)
+            yield doc.id, np.asarray(pieces, dtype=tok.dtype), doc.repeats, tuple(doc.repeat_rules)
 
 
-DOCUMENTS_SCHEMA = pa.schema([("id", pa.string()), ("shard", pa.string()), ("position", pa.int64())])
+# ``copy``: which entry of its document (0: the first; 1.. the repeats of an upsampled one).
+# Tables written before upsampling have no ``copy`` column: read it as 0.
+DOCUMENTS_SCHEMA = pa.schema([("id", pa.string()), ("shard", pa.string()), ("position", pa.int64()),
+                              ("copy", pa.int64())])
 
 
 def documents_file(shard_name: str) -> str:
@@ -203,30 +284,32 @@ def write_atomic(path: str, data: bytes) -> None:
 
 
 class _WriteShardFn(beam.DoFn):
-    """One shard per bucket: documents sorted by their shuffle key, written atomically."""
+    """One shard per bucket: entries sorted by their position key (``copy_shuffle_key``,
+    then id and copy: a total order), written atomically."""
 
     def __init__(self, directory: str, seed: int) -> None:
         self._directory = directory
         self._seed = seed
 
-    def process(self, element: tuple[int, Iterable[tuple[str, np.ndarray]]], shards: int) -> Iterator[dict]:
-        bucket, docs = element
-        ordered = sorted(docs, key=lambda d: (shuffle_key(self._seed, d[0]), d[0]))
-        dtype = ordered[0][1].dtype
-        data, n_docs, n_tokens, sha = encode_shard([t for _, t in ordered], dtype)
+    def process(self, element: tuple[int, Iterable[Entry]], shards: int) -> Iterator[dict]:
+        bucket, entries = element
+        ordered = sorted(entries, key=lambda e: (copy_shuffle_key(self._seed, e[0], e[1]), e[0], e[1]))
+        dtype = ordered[0][2].dtype
+        data, n_docs, n_tokens, sha = encode_shard([e[2] for e in ordered], dtype)
         name = f"shard-{bucket:05d}-of-{shards:05d}.tfs"
         write_atomic(FileSystems.join(self._directory, name), data)
         # The shard's documents table is written here, beside the shard, not by the driver:
         # a dataset of a billion documents never passes its ids through one process.
         documents = documents_file(name)
-        table = pa.table({"id": [doc_id for doc_id, _ in ordered], "shard": [name] * len(ordered),
-                          "position": list(range(len(ordered)))},
+        table = pa.table({"id": [e[0] for e in ordered], "shard": [name] * len(ordered),
+                          "position": list(range(len(ordered))), "copy": [e[1] for e in ordered]},
                          schema=DOCUMENTS_SCHEMA)
         table_bytes = _parquet_bytes(table)
         write_atomic(FileSystems.join(self._directory, documents), table_bytes)
         yield {"name": name, "num_docs": n_docs, "num_tokens": n_tokens, "num_bytes": len(data),
                "sha256": sha, "dtype": str(dtype), "documents": documents,
-               "documents_sha256": hashlib.sha256(table_bytes).hexdigest()}
+               "documents_sha256": hashlib.sha256(table_bytes).hexdigest(),
+               **shard_repeat_stats([(len(e[2]), e[1], e[3], e[4]) for e in ordered])}
 
 
 class TokenizeToShards(beam.PTransform):
@@ -245,15 +328,16 @@ class TokenizeToShards(beam.PTransform):
             docs
             | "CountIn" >> beam.ParDo(CountFn(stage, "in"))
             | "Batch" >> beam.BatchElements(min_batch_size=8, max_batch_size=config.batch_size)
-            | "Encode" >> beam.ParDo(_EncodeFn(self._model, config.append_eos)).with_outputs(REJECTED, main="ids")
+            | "Encode" >> beam.ParDo(_EncodeFn(self._model, config.append_eos, config.max_repeats))
+            .with_outputs(REJECTED, main="ids")
         )
         ids = encoded["ids"] | "CountKept" >> beam.ParDo(_CountTokensFn(stage))
-        total = ids | "Bytes" >> beam.Map(lambda kv: kv[1].nbytes) | "Total" >> beam.CombineGlobally(sum)
+        total = ids | "Bytes" >> beam.Map(lambda e: e[1].nbytes * e[2]) | "Total" >> beam.CombineGlobally(sum)
         shards = total | "Shards" >> beam.Map(lambda b: max(1, math.ceil(b / config.target_shard_bytes)))
         shard_count = beam.pvalue.AsSingleton(shards)
         written = (
             ids
-            | "Assign" >> beam.Map(lambda kv, n: (shuffle_key(config.seed + 1, kv[0]) % n, kv), n=shard_count)
+            | "Assign" >> beam.FlatMap(lambda e, n: place_copies(config.seed, e, n), n=shard_count)
             | "GroupShards" >> beam.GroupByKey()
             | "WriteShards" >> beam.ParDo(_WriteShardFn(self._directory, config.seed), shards=shard_count)
         )
@@ -272,13 +356,19 @@ class _CountTokensFn(beam.DoFn):
         self._docs = Metrics.counter(stage, "records_out")
         self._tokens = Metrics.counter(stage, "tokens")
         self._dist = Metrics.distribution(stage, "tokens_per_doc")
+        self._repeat_docs = Metrics.counter(stage, "repeat_docs")
+        self._repeat_tokens = Metrics.counter(stage, "repeat_tokens")
 
-    def process(self, kv: tuple[str, np.ndarray]) -> Iterator[tuple[str, np.ndarray]]:
+    def process(self, encoded: Encoded) -> Iterator[Encoded]:
+        tokens, repeats = len(encoded[1]), encoded[2]
         self._docs.inc()
         progress.record(self._stage, "out")
-        self._tokens.inc(len(kv[1]))
-        self._dist.update(len(kv[1]))
-        yield kv
+        self._tokens.inc(tokens)
+        self._dist.update(tokens)
+        if repeats > 1:  # entries and tokens beyond the first copy; never counted without repeats
+            self._repeat_docs.inc(repeats - 1)
+            self._repeat_tokens.inc(tokens * (repeats - 1))
+        yield encoded
 
 
 def eos_id_of(model: str) -> Optional[int]:
