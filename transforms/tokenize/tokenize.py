@@ -227,14 +227,28 @@ class _EncodeFn(beam.DoFn):
     """Batches of ``Doc`` → (id, tokens, repeats, rules); a bad repeat count or an empty
     encoding → rejected."""
 
-    def __init__(self, model: str, append_eos: bool, max_repeats: int) -> None:
+    def __init__(self, model: str, append_eos: bool, max_repeats: int, stage: str = "tokenize") -> None:
         self._model = model
         self._append_eos = append_eos
         self._max_repeats = max_repeats
+        self._stage = stage
         self._shared = shared.Shared()
 
     def setup(self) -> None:
         self._tok = self._shared.acquire(lambda: _Tokenizer(self._model), tag=f"spm:{self._model}")
+        self._by_origin: dict[str, Any] = {}
+
+    def _count_origin(self, doc: Doc, tokens: int) -> None:
+        """Tokens (each document once) of the original documents and of each rephrasing
+        template's synthetic ones: ``tokens_original``, ``tokens_template_<name>``."""
+        from apache_beam.metrics import Metrics
+
+        template = doc.provenance.template if doc.provenance is not None else ""
+        name = f"tokens_template_{template}" if template else "tokens_original"
+        counter = self._by_origin.get(name)
+        if counter is None:
+            counter = self._by_origin[name] = Metrics.counter(self._stage, name)
+        counter.inc(tokens)
 
     def process(self, batch: list[Doc]) -> Iterator[Any]:
         tok = self._tok
@@ -252,6 +266,7 @@ class _EncodeFn(beam.DoFn):
                 continue
             if self._append_eos and tok.eos >= 0:
                 pieces.append(tok.eos)
+            self._count_origin(doc, len(pieces))
             yield doc.id, np.asarray(pieces, dtype=tok.dtype), doc.repeats, tuple(doc.repeat_rules)
 
 
@@ -328,7 +343,7 @@ class TokenizeToShards(beam.PTransform):
             docs
             | "CountIn" >> beam.ParDo(CountFn(stage, "in"))
             | "Batch" >> beam.BatchElements(min_batch_size=8, max_batch_size=config.batch_size)
-            | "Encode" >> beam.ParDo(_EncodeFn(self._model, config.append_eos, config.max_repeats))
+            | "Encode" >> beam.ParDo(_EncodeFn(self._model, config.append_eos, config.max_repeats, stage))
             .with_outputs(REJECTED, main="ids")
         )
         ids = encoded["ids"] | "CountKept" >> beam.ParDo(_CountTokensFn(stage))
