@@ -7,6 +7,7 @@ import email.utils
 import json
 import logging
 import pickle
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -157,6 +158,21 @@ def test_concurrency_limit(scripted_server: ScriptedServer) -> None:
     assert scripted_server.max_in_flight == 4
 
 
+def test_concurrency_limit_holds_across_threads(scripted_server: ScriptedServer) -> None:
+    """Beam calls generate from several DoFn threads: the limit is per process and endpoint."""
+    scripted_server.reset(delay_s=0.05)
+    outputs: list[list] = [[], [], []]
+    threads = [threading.Thread(target=lambda out=out, i=i: out.extend(
+        backend(scripted_server, concurrency=3).generate(requests(8, prefix=f"t{i}"))))
+        for i, out in enumerate(outputs)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert [len(out) for out in outputs] == [8, 8, 8] and all(r.ok for out in outputs for r in out)
+    assert scripted_server.max_in_flight == 3 and len(scripted_server.requests) == 24
+
+
 def test_cache_answers_without_a_request(scripted_server: ScriptedServer, tmp_path: Path) -> None:
     cache = ResponseCache(str(tmp_path / "cache"))
     scripted_server.reset(lambda body, headers: completion("gen " + body["prompt"][-3:]))
@@ -166,6 +182,14 @@ def test_cache_answers_without_a_request(scripted_server: ScriptedServer, tmp_pa
     second = backend(scripted_server, cache=cache).generate(batch)
     assert len(scripted_server.requests) == 4  # no request
     assert [r.text for r in second] == [r.text for r in first] and all(r.cached and r.attempts == 0 for r in second)
+
+
+def test_a_cache_that_cannot_be_written_loses_no_result(scripted_server: ScriptedServer, tmp_path: Path,
+                                                        caplog: pytest.LogCaptureFixture) -> None:
+    (tmp_path / "file").write_text("not a directory")
+    results = backend(scripted_server, cache=ResponseCache(str(tmp_path / "file"))).generate(requests(2))
+    assert [r.text for r in results] == ["ok", "ok"]
+    assert "could not cache response" in caplog.text
 
 
 def test_failures_are_not_cached(scripted_server: ScriptedServer, tmp_path: Path) -> None:

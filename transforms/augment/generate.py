@@ -100,8 +100,9 @@ class _OpenAIGenerateFn(beam.DoFn):
         self._backend = self._spec.openai_backend()
 
     def process(self, batch: Sequence[RephraseRequest]) -> Iterator[RephraseResult]:
-        assert self._backend is not None  # set in setup()
-        results = self._backend.generate(list(batch))
+        if self._backend is None:
+            self.setup()
+        results = self._backend.generate(list(batch))  # type: ignore[union-attr]
         _count_results(results)
         yield from results
 

@@ -2,8 +2,9 @@
 
 ``generate(requests)`` answers from the ``ResponseCache`` first, sends one request per
 remaining distinct key (``POST {endpoint}/v1/completions``, or ``/v1/chat/completions``
-with ``api="chat"``) concurrently on one asyncio loop with at most ``concurrency`` in
-flight, and caches every text it gets. Each request has a timeout; 429, 5xx, timeouts and
+with ``api="chat"``) concurrently on the process's asyncio loop thread with at most
+``concurrency`` in flight per process and endpoint (across threads and calls), and caches
+every text it gets. Connections are kept alive between calls. Each request has a timeout; 429, 5xx, timeouts and
 connection errors are retried with exponential back-off and full jitter, waiting at least
 what ``Retry-After`` asks (seconds or an HTTP date, capped at ``max_backoff_s``); any other
 status fails the request at once. Failures are results with ``error`` set, never raised.
@@ -21,6 +22,7 @@ repr or pickle, it is never logged, and it is cut out of any error text a server
 from __future__ import annotations
 
 import asyncio
+import atexit
 import email.utils
 import json
 import logging
@@ -28,6 +30,7 @@ import math
 import os
 import random
 import re
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -105,8 +108,61 @@ def parse_retry_after(value: str | None, cap: float, now: float | None = None) -
     return min(max(seconds, 0.0), cap)
 
 
+class _LoopThread:
+    """One asyncio loop in a daemon thread per process, shared by every ``OpenAIBackend``:
+    ``generate`` calls from any thread (Beam runs several DoFn threads per worker process)
+    submit to it, so ``concurrency`` bounds the requests in flight per process and endpoint
+    (one semaphore and one keep-alive connection pool per (endpoint, concurrency)), and
+    connections outlive a batch. Made again after a fork (the pid changes)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pid = -1
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._pools: dict[tuple[str, int], tuple[aiohttp.ClientSession, asyncio.Semaphore]] = {}
+
+    def run(self, coroutine: Any) -> Any:
+        with self._lock:
+            if self._loop is None or self._pid != os.getpid():
+                self._pid, self._pools = os.getpid(), {}
+                self._loop = asyncio.new_event_loop()
+                threading.Thread(target=self._loop.run_forever, name="openai-backend-loop", daemon=True).start()
+            loop = self._loop
+        return asyncio.run_coroutine_threadsafe(coroutine, loop).result()
+
+    def pool(self, endpoint: str, concurrency: int) -> tuple[aiohttp.ClientSession, asyncio.Semaphore]:
+        """The session and semaphore for (endpoint, concurrency); called on the loop."""
+        key = (endpoint, concurrency)
+        if key not in self._pools:
+            session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency))
+            self._pools[key] = (session, asyncio.Semaphore(concurrency))
+        return self._pools[key]
+
+    def close(self) -> None:
+        """Closes the sessions and stops the loop (at exit; a later ``run`` starts anew)."""
+        with self._lock:
+            loop, pools, pid = self._loop, self._pools, self._pid
+            self._loop, self._pools = None, {}
+        if loop is None or pid != os.getpid():
+            return
+
+        async def close_all() -> None:
+            for session, _ in pools.values():
+                await session.close()
+        try:
+            asyncio.run_coroutine_threadsafe(close_all(), loop).result(timeout=5)
+        except Exception:  # at exit: nothing left to report to
+            pass
+        loop.call_soon_threadsafe(loop.stop)
+
+
+_LOOP = _LoopThread()
+atexit.register(_LOOP.close)
+
+
 class OpenAIBackend:
-    """See the module docstring. Picklable (configuration only); no live session is kept."""
+    """See the module docstring. Picklable (configuration only): the loop, sessions and
+    connections belong to the process (``_LOOP``), not to the backend."""
 
     def __init__(self, endpoint: str, api_key_env: str = "", concurrency: int = 16, timeout_s: float = 120,
                  retries: int = 5, backoff_s: float = 1.0, max_backoff_s: float = 60,
@@ -151,10 +207,8 @@ class OpenAIBackend:
                 outcomes = [_Outcome(error=f"environment variable {self.api_key_env} is not set",
                                      error_type="missing_api_key") for _ in pending]
             else:
-                outcomes = asyncio.run(self._send_all(list(pending.values()), key))
+                outcomes = _LOOP.run(self._send_all(list(pending.values()), key))
             for request, outcome in zip(pending.values(), outcomes):
-                if not outcome.error and self.cache is not None:
-                    self.cache.put(request.key, outcome.text)
                 results[request.key] = RephraseResult(request, text=outcome.text, error=outcome.error,
                                                       error_type=outcome.error_type, attempts=outcome.attempts,
                                                       seconds=outcome.seconds)
@@ -163,26 +217,36 @@ class OpenAIBackend:
     # --- async -------------------------------------------------------------------------
 
     async def _send_all(self, requests: list[RephraseRequest], key: str) -> list[_Outcome]:
+        session, slots = _LOOP.pool(self.endpoint, self.concurrency)
         headers = {"Content-Type": "application/json"}
         if key:
             headers["Authorization"] = f"Bearer {key}"
-        slots = asyncio.Semaphore(self.concurrency)
-        connector = aiohttp.TCPConnector(limit=self.concurrency)
-        timeout = aiohttp.ClientTimeout(total=self.timeout_s)
-        async with aiohttp.ClientSession(connector=connector, timeout=timeout, headers=headers) as session:
-            outcomes = await asyncio.gather(*(self._send(session, slots, r) for r in requests))
+        outcomes = await asyncio.gather(*(self._send_and_cache(session, slots, r, headers) for r in requests))
         return [_redact(o, key) for o in outcomes]
 
-    async def _send(self, session: aiohttp.ClientSession, slots: asyncio.Semaphore,
-                    request: RephraseRequest) -> _Outcome:
+    async def _send_and_cache(self, session: aiohttp.ClientSession, slots: asyncio.Semaphore,
+                              request: RephraseRequest, headers: dict[str, str]) -> _Outcome:
+        """A text is cached as soon as it arrives (in a worker thread, while other requests
+        are in flight). A cache that cannot be written costs a rerun, not this result."""
+        outcome = await self._send(session, slots, request, headers)
+        if not outcome.error and self.cache is not None:
+            try:
+                await asyncio.get_running_loop().run_in_executor(None, self.cache.put, request.key, outcome.text)
+            except Exception as error:
+                _LOGGER.warning("could not cache response %s: %s", request.key, type(error).__name__)
+        return outcome
+
+    async def _send(self, session: aiohttp.ClientSession, slots: asyncio.Semaphore, request: RephraseRequest,
+                    headers: dict[str, str]) -> _Outcome:
         outcome = _Outcome()
         body = json.dumps(self._body(request))
         for attempt in range(self.retries + 1):
             outcome.attempts = attempt + 1
+            retry_after: float | None = None
             async with slots:
                 started = time.perf_counter()
                 try:
-                    outcome.text = await self._post(session, body)
+                    outcome.text = await self._post(session, body, headers)
                     outcome.error = outcome.error_type = ""
                     return outcome
                 except _Fatal as fatal:
@@ -204,9 +268,10 @@ class OpenAIBackend:
         jitter = random.uniform(0.0, min(self.max_backoff_s, self.backoff_s * (2 ** min(attempt, 60))))
         return max(jitter, retry_after) if retry_after is not None else jitter
 
-    async def _post(self, session: aiohttp.ClientSession, body: str) -> str:
+    async def _post(self, session: aiohttp.ClientSession, body: str, headers: dict[str, str]) -> str:
+        timeout = aiohttp.ClientTimeout(total=self.timeout_s)
         try:
-            async with session.post(self.url, data=body) as response:
+            async with session.post(self.url, data=body, headers=headers, timeout=timeout) as response:
                 data = await _read_bounded(response.content, self.max_response_bytes + 1)
                 status = response.status
                 retry_after = parse_retry_after(response.headers.get("Retry-After"), self.max_backoff_s)

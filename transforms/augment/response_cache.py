@@ -54,7 +54,7 @@ class ResponseCache:
         try:
             with self._fs.open(path, "rb") as handle:
                 data = handle.read()
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # not there (or a file where a folder would be)
             return None
         return data.decode("utf-8", "surrogatepass")
 
