@@ -270,3 +270,12 @@ def test_parse_retry_after(value: str | None, expected: float | None) -> None:
 def test_parse_retry_after_http_date() -> None:
     now = 1_800_000_000.0
     assert parse_retry_after(email.utils.formatdate(now + 30, usegmt=True), cap=60.0, now=now) == pytest.approx(30)
+
+
+def test_backoff_is_full_jitter_capped_and_at_least_retry_after() -> None:
+    client = OpenAIBackend("http://127.0.0.1:1", backoff_s=1.0, max_backoff_s=10.0)
+    for attempt, ceiling in ((0, 1.0), (1, 2.0), (2, 4.0), (3, 8.0), (4, 10.0), (50, 10.0)):
+        delays = [client._delay(attempt, None) for _ in range(300)]
+        assert 0.0 <= min(delays) and max(delays) <= ceiling
+        assert max(delays) > 0.7 * ceiling and min(delays) < 0.3 * ceiling  # spread over [0, ceiling]
+    assert all(client._delay(0, 5.0) >= 5.0 for _ in range(50))
