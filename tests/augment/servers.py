@@ -54,7 +54,8 @@ class LMServer:
         exe = Path(sys.executable).with_name("transformers")
         command = [str(exe), "serve", str(self.model_dir), "--host", "127.0.0.1", "--port", str(self.port),
                    "--device", "cpu", "--log-level", "warning", "--format", "quiet"]
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1",
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_UPDATE_CHECK": "1",
+               "HF_HUB_DISABLE_TELEMETRY": "1", "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1",
                "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
         log = self.log_path.open("ab")
         self._proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)

@@ -53,7 +53,7 @@ def test_server_killed_mid_run_and_restarted(lm_server: LMServer, tmp_path: Path
     cache = ResponseCache(str(tmp_path / "cache"))
     client = OpenAIBackend(lm_server.base_url, concurrency=2, timeout_s=30, retries=40, backoff_s=0.2,
                            max_backoff_s=2.0, cache=cache)
-    batch = requests(lm_server.served.model_name, 16, max_tokens=48)
+    batch = requests(lm_server.served.model_name, 24, max_tokens=48)
     results: list = []
     runner = threading.Thread(target=lambda: results.extend(client.generate(batch)))
     before = lm_server.requests_received()
