@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip setuptools wheel
 	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install --quiet -e '.[pipeline,test]'
+	$(BIN)/python -m pip install --quiet -e '.[pipeline,augment,test]'
 	touch $(STAMP)
 
 install: $(STAMP)
