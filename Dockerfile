@@ -9,15 +9,19 @@
 FROM apache/beam_python3.11_sdk:2.77.0
 
 WORKDIR /opt/tokenfactory
-# The CPU build of torch (workers do not need CUDA for this pipeline).
-RUN pip install --no-cache-dir --index-url https://download.pytorch.org/whl/cpu torch==2.13.0
+# The CPU build of torch (workers do not need CUDA for this pipeline). For GPU workers
+# that rephrase in process (augment.rephrase.backend: runinference), build with
+# --build-arg TORCH_INDEX=https://download.pytorch.org/whl/cu128 (or PyPI's default).
+ARG TORCH_INDEX=https://download.pytorch.org/whl/cpu
+RUN pip install --no-cache-dir --index-url ${TORCH_INDEX} torch==2.13.0
 COPY pyproject.toml README.md ./
 COPY pipelines ./pipelines
 COPY transforms ./transforms
 COPY models ./models
 COPY storage ./storage
 COPY configs ./configs
-RUN pip install --no-cache-dir ".[pipeline]" && python -c "import pipelines.run, transforms.extract.html"
+# augment: transformers for the in-process rephrasing backend (RunInference)
+RUN pip install --no-cache-dir ".[pipeline,augment]" && python -c "import pipelines.run, transforms.extract.html, transforms.augment.hf_backend"
 
 # Two malloc arenas per SDK worker process: glibc's default (8 per core) keeps every
 # arena's high-water mark resident as a worker's thread pool grows (pipelines/memory.py).

@@ -275,19 +275,8 @@ class Augment(beam.PTransform):
 
 
 def resolve_templates(rephrase: RephraseConfig) -> list[Any]:
-    """The ``Template`` of every configured template (built-ins by name), validated."""
-    from transforms.augment.rephrase import BUILTIN_TEMPLATES, Template
-
-    out = []
-    for spec in rephrase.templates:
-        if spec.prompt:
-            out.append(Template(spec.name, spec.prompt))
-        elif spec.name in BUILTIN_TEMPLATES:
-            out.append(BUILTIN_TEMPLATES[spec.name])
-        else:
-            raise ValueError(f"template {spec.name!r} has no prompt and is not a built-in "
-                             f"({', '.join(sorted(BUILTIN_TEMPLATES))})")
-    return out
+    """The ``Template`` of every configured template (built-ins by name)."""
+    return [spec.template() for spec in rephrase.templates]
 
 
 def generation_params(rephrase: RephraseConfig) -> Any:
@@ -302,4 +291,5 @@ def backend_spec(rephrase: RephraseConfig, cache_dir: str) -> Any:
 
     return BackendSpec(kind=rephrase.backend, endpoint=rephrase.endpoint, api_key_env=rephrase.api_key_env,
                        model=rephrase.model, concurrency=rephrase.concurrency, timeout_s=rephrase.timeout_s,
-                       retries=rephrase.retries, cache_dir=cache_dir, api=rephrase.api)
+                       retries=rephrase.retries, backoff_s=rephrase.backoff_s, max_backoff_s=rephrase.max_backoff_s,
+                       cache_dir=cache_dir, api=rephrase.api, batch_size=rephrase.batch_size)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 from urllib.parse import urlsplit
 
 __all__ = ["AugmentConfig", "RephraseConfig", "Selection", "TemplateSpec", "UpsampleRule", "BACKENDS"]
@@ -103,8 +103,18 @@ class TemplateSpec:
     prompt: str = ""  # your own prompt, with {text} (and optionally {lang}, {title}); "" = the built-in
 
     def __post_init__(self) -> None:
-        if not _NAME.match(self.name):
-            raise ValueError(f"template name must be letters, digits, _ . - (up to 64), got {self.name!r}")
+        self.template()  # validates the name and the prompt's placeholders
+
+    def template(self) -> Any:
+        """The ``transforms.augment.rephrase.Template`` (a built-in by name when ``prompt`` is empty)."""
+        from transforms.augment.rephrase import BUILTIN_TEMPLATES, Template
+
+        if self.prompt:
+            return Template(self.name, self.prompt)
+        if self.name not in BUILTIN_TEMPLATES:
+            raise ValueError(f"template {self.name!r} has no prompt and is not a built-in "
+                             f"({', '.join(sorted(BUILTIN_TEMPLATES))})")
+        return BUILTIN_TEMPLATES[self.name]
 
 
 @dataclass(frozen=True)
