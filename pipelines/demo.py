@@ -174,6 +174,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args, rest = parser.parse_known_args(argv)
     with open(args.config, encoding="utf-8") as fh:
         template = fh.read()
+    if args.output:  # the output and the models the demo trains under it (the config says out/demo)
+        template = template.replace("out/demo", args.output.rstrip("/"))
     with PydocSite(free_port()) as site:
         sys.stdout.write(f"demo site: pydoc serving the Python docs at {site.url}\n")
         with tempfile.TemporaryDirectory() as tmp:
