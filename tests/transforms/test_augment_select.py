@@ -118,7 +118,7 @@ def test_augment_config_refuses(bad, message):
     (dict(endpoint="http://user:pw@x"), "credentials"),
     (dict(api_key_env="MY KEY"), "environment variable"),
     (dict(templates=()), "at least one"),
-    (dict(templates=(TemplateSpec("a"), TemplateSpec("a"))), "unique"),
+    (dict(templates=(TemplateSpec("qa"), TemplateSpec("qa"))), "unique"),
     (dict(min_length_ratio=3.0, max_length_ratio=2.0), "min_length_ratio"),
     (dict(backend="magic"), "backend"),
     (dict(model=""), "model"),
@@ -147,3 +147,12 @@ def test_upsampling_through_beam_keeps_every_document(beam_options):
                     equal_to([(f"d{i}", 3 if i >= 80 else 1, ("top_fifth",) if i >= 80 else ())
                               for i in range(101)]))
         assert_that(out.rejected, equal_to([]), label="NoRejects")
+
+
+def test_template_specs_are_checked_when_the_config_is_read():
+    assert TemplateSpec("qa").template().name == "qa"
+    assert TemplateSpec("notes", "Notes on {title}:\n{text}").template().placeholders == ("text", "title")
+    with pytest.raises(ValueError, match="not a built-in"):
+        TemplateSpec("poem")
+    with pytest.raises(ValueError, match="unknown placeholder"):
+        TemplateSpec("notes", "Rewrite {text} for {audience}")
