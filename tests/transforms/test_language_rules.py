@@ -144,6 +144,8 @@ def test_the_default_applies_rules_to_every_language():
     assert select(_doc("de", stripped), cfg, None)[0] == "gopher_stop_words"
     verdict = select(_doc("yue", spam), cfg, None)
     assert verdict[1].endswith("[yue: rules of zh, Hani script default]")
+    assert select(_doc("fi", "Kaikki ihmiset syntyvät vapaina."), cfg, None)[1].endswith(
+        " [fi: Latn script default: configured thresholds]")
     # language_rules off: English words and stop words for German, as before
     old = CleanConfig(langid=LangIdConfig(model="lid.ftz", languages=()), language_rules=False)
     assert select(_doc("de", document("de"), lang_rules=False), old, None)[0] == "gopher_stop_words"

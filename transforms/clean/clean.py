@@ -40,7 +40,7 @@ from transforms.clean.pii import redact
 from transforms.clean.language_rules import LanguageProfile, document_rules, profile
 from transforms.clean.rules import QualityRules, first_failure
 from transforms.clean.signals import compute_signals
-from transforms.doc import Doc, Rejected
+from transforms.doc import Doc, Rejected, Signals
 from transforms.routing import FAILED, REJECTED, CountFn, StageCounters, StageOutputs, make_failure
 
 _LOGGER = logging.getLogger(__name__)
@@ -51,6 +51,9 @@ class CleanReason(str, Enum):
     LANG_SCORE = "lang_score"  # language-ID confidence below the threshold
     ANOMALY = "anomaly"  # anomaly score above the detector's threshold
     QUALITY = "quality_low"  # quality classifier score below the threshold / top fraction
+
+
+_LANGUAGE_REASONS = (CleanReason.LANGUAGE.value, CleanReason.LANG_SCORE.value)
 
 
 def canonical_languages(codes: Sequence[str]) -> tuple[str, ...]:
@@ -188,7 +191,7 @@ def language_profile(config: CleanConfig, lang: str, text: str) -> Optional[Lang
     return profile(lang, text) if config.language_rules else None
 
 
-def _signals(text: str, prof: Optional[LanguageProfile]) -> Any:
+def _signals(text: str, prof: Optional[LanguageProfile]) -> Signals:
     if prof is None:
         return compute_signals(text)
     return compute_signals(text, prof.segment(), prof.stop_words)
@@ -212,7 +215,8 @@ def select(doc: Doc, config: CleanConfig, anomaly_threshold: Optional[float]) ->
         prof = language_profile(config, doc.lang, doc.text)
         failed = first_failure(doc.signals, config.rules if prof is None else document_rules(config.rules, prof))
         if failed and prof is not None and prof.fallback:
-            return failed[0], f"{failed[1]} [{doc.lang}: rules of {prof.table or 'the config'}, {prof.fallback}]"
+            used = f"rules of {prof.table}, {prof.fallback}" if prof.table else prof.fallback
+            return failed[0], f"{failed[1]} [{doc.lang}: {used}]"
         if failed:
             return failed
     if anomaly_threshold is not None and doc.anomaly_score is not None \
@@ -268,10 +272,11 @@ class _CleanBatchFn(beam.DoFn):
                     yield beam.pvalue.TaggedOutput(FAILED, make_failure(
                         self._stage, exc, doc.source, -1, doc.text.encode("utf-8", "replace")))
         for doc in annotated:
-            prof = language_profile(self._config, doc.lang, doc.text)
-            if prof is not None and prof.fallback and rules_apply(doc, self._config):
-                self._counters.inc(f"rules_fallback_{doc.lang or 'und'}")  # no table of its own
             verdict = select(doc, self._config, self._anomaly_threshold) if self._selects else None
+            prof = language_profile(self._config, doc.lang, doc.text)
+            if prof is not None and prof.fallback and rules_apply(doc, self._config) \
+                    and (verdict is None or verdict[0] not in _LANGUAGE_REASONS):
+                self._counters.inc(f"rules_fallback_{doc.lang or 'und'}")  # checked without a table of its own
             if verdict is None:
                 yield doc
             else:
