@@ -6,7 +6,8 @@ Per batch of documents (``BatchElements``; models loaded once per worker through
 1. PII redaction (e-mail, phone, IP; counted per type) so no output carries them;
 2. language ID (fastText, over up to ``langid.max_windows`` windows of the text) → ``lang``,
    ``lang_score``, ``lang2``, ``lang2_share``;
-3. quality signals (Gopher, C4, FineWeb, statistics) → ``signals``;
+3. quality signals (Gopher, C4, FineWeb, statistics) → ``signals``, with the document
+   language's word segmentation and stop words (``language_rules.py``);
 4. the learned anomaly detector (``transforms/clean/detect.py``) → ``anomaly_scores`` (each
    detector) and ``anomaly_score`` (the combined score that decides); with
    ``anomaly.inference: runinference`` its language model runs in a RunInference step
@@ -14,7 +15,8 @@ Per batch of documents (``BatchElements``; models loaded once per worker through
 5. the quality classifier (fastText, DCLM recipe) → ``quality_score``.
 
 Then selection, in this order, each drop with its reason code: ``language``,
-``lang_score``, the first broken Gopher/C4/FineWeb rule (for ``rules_languages`` only),
+``lang_score``, the first broken Gopher/C4/FineWeb rule (at the document language's
+thresholds, ``language_rules.py``; for ``rules_languages`` only, default every language),
 ``anomaly``, ``quality_low``. With ``quality.top_fraction`` the threshold is the
 corresponding quantile of the scores of the documents that passed everything else.
 """
@@ -35,9 +37,10 @@ from apache_beam.utils import shared
 from models.fasttext_models import canonical_language
 from transforms.clean.detect import AnomalyConfig, ScoreWithRunInference, load_detector, score_docs
 from transforms.clean.pii import redact
+from transforms.clean.language_rules import LanguageProfile, document_rules, profile
 from transforms.clean.rules import QualityRules, first_failure
 from transforms.clean.signals import compute_signals
-from transforms.doc import Doc, Rejected
+from transforms.doc import Doc, Rejected, Signals
 from transforms.routing import FAILED, REJECTED, CountFn, StageCounters, StageOutputs, make_failure
 
 _LOGGER = logging.getLogger(__name__)
@@ -48,6 +51,9 @@ class CleanReason(str, Enum):
     LANG_SCORE = "lang_score"  # language-ID confidence below the threshold
     ANOMALY = "anomaly"  # anomaly score above the detector's threshold
     QUALITY = "quality_low"  # quality classifier score below the threshold / top fraction
+
+
+_LANGUAGE_REASONS = (CleanReason.LANGUAGE.value, CleanReason.LANG_SCORE.value)
 
 
 def canonical_languages(codes: Sequence[str]) -> tuple[str, ...]:
@@ -108,8 +114,12 @@ class CleanConfig:
 
     langid: LangIdConfig  # language ID (required: the rules and models depend on the language)
     rules: QualityRules = QualityRules()  # Gopher / C4 / FineWeb thresholds
-    # the languages the rules apply to (Gopher/C4/FineWeb were designed for English)
-    rules_languages: tuple[str, ...] = ("en",)
+    # the languages the rules apply to; []: every language (the job keeps)
+    rules_languages: tuple[str, ...] = ()
+    # each language's word segmentation, stop words and fitted thresholds (the configured
+    # ones read as English; transforms/clean/language_rules.py); false: whitespace words,
+    # English stop words and the configured thresholds for every language
+    language_rules: bool = True
     anomaly: AnomalyConfig = AnomalyConfig()  # the learned anomaly detector
     quality: QualityConfig = QualityConfig()  # the quality classifier
     redact_pii: bool = True  # replace e-mail addresses, phone numbers and IP addresses
@@ -163,7 +173,7 @@ def annotate(docs: Sequence[Doc], models: Models, config: CleanConfig,
             pii[2] += ips
         texts.append(text)
     mixes = models.langid.identify(texts)
-    signals = [compute_signals(t) for t in texts]
+    signals = [_signals(t, language_profile(config, mix.lang, t)) for t, mix in zip(texts, mixes)]
     quality = (models.quality.predict(texts) if models.quality is not None else [None] * len(docs))
     annotated = [
         dataclasses.replace(doc, text=text, lang=mix.lang, lang_score=mix.score, lang2=mix.lang2,
@@ -176,15 +186,37 @@ def annotate(docs: Sequence[Doc], models: Models, config: CleanConfig,
     return annotated, pii
 
 
+def language_profile(config: CleanConfig, lang: str, text: str) -> Optional[LanguageProfile]:
+    """The document's segmentation, stop words and rule table (None: ``language_rules`` off)."""
+    return profile(lang, text) if config.language_rules else None
+
+
+def _signals(text: str, prof: Optional[LanguageProfile]) -> Signals:
+    if prof is None:
+        return compute_signals(text)
+    return compute_signals(text, prof.segment(), prof.stop_words)
+
+
+def rules_apply(doc: Doc, config: CleanConfig) -> bool:
+    """Whether the Gopher/C4/FineWeb rules check ``doc`` (``rules_languages``, [] = all)."""
+    return doc.signals is not None and (not config.rules_languages or doc.lang in config.rules_languages)
+
+
 def select(doc: Doc, config: CleanConfig, anomaly_threshold: Optional[float]) -> Optional[tuple[str, str]]:
-    """(reason, detail) if the annotated ``doc`` is dropped, else None."""
+    """(reason, detail) if the annotated ``doc`` is dropped, else None. The rules are the
+    document language's (``language_rules.document_rules``); a detail of a language
+    without its own table names the table used."""
     langs = config.langid.languages
     if langs and doc.lang not in langs:
         return CleanReason.LANGUAGE.value, f"{doc.lang} ({doc.lang_score:.2f}) not in {list(langs)}"
     if doc.lang_score < config.langid.threshold:
         return CleanReason.LANG_SCORE.value, f"{doc.lang} {doc.lang_score:.3f} < {config.langid.threshold}"
-    if doc.signals is not None and (not config.rules_languages or doc.lang in config.rules_languages):
-        failed = first_failure(doc.signals, config.rules)
+    if rules_apply(doc, config):
+        prof = language_profile(config, doc.lang, doc.text)
+        failed = first_failure(doc.signals, config.rules if prof is None else document_rules(config.rules, prof))
+        if failed and prof is not None and prof.fallback:
+            used = f"rules of {prof.table}, {prof.fallback}" if prof.table else prof.fallback
+            return failed[0], f"{failed[1]} [{doc.lang}: {used}]"
         if failed:
             return failed
     if anomaly_threshold is not None and doc.anomaly_score is not None \
@@ -241,6 +273,10 @@ class _CleanBatchFn(beam.DoFn):
                         self._stage, exc, doc.source, -1, doc.text.encode("utf-8", "replace")))
         for doc in annotated:
             verdict = select(doc, self._config, self._anomaly_threshold) if self._selects else None
+            prof = language_profile(self._config, doc.lang, doc.text)
+            if prof is not None and prof.fallback and rules_apply(doc, self._config) \
+                    and (verdict is None or verdict[0] not in _LANGUAGE_REASONS):
+                self._counters.inc(f"rules_fallback_{doc.lang or 'und'}")  # checked without a table of its own
             if verdict is None:
                 yield doc
             else:

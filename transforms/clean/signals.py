@@ -12,6 +12,13 @@ Definitions follow the sources, so thresholds from the papers apply unchanged:
   ending in punctuation, of lines under 30 characters, of characters in duplicated
   lines, and newlines per word.
 
+Words: ``text.split()`` by default (English, and every language written with spaces);
+``compute_signals`` takes another word function (``transforms/clean/segment.py``: jieba
+for Chinese, newmm for Thai, characters for the other scripts without spaces) and the
+language's stop words (``transforms/clean/language_rules.py``). With a segmenter, each
+line is segmented on its own, the document's words are the lines' words in order, and a
+C4 line's "3 words" are the segmenter's words.
+
 The n-gram statistics run on 64-bit n-gram hashes built with numpy from word ids, which
 makes them ~20x cheaper than joining strings for every position (benchmarks/).
 """
@@ -20,7 +27,7 @@ from __future__ import annotations
 
 import re
 from itertools import filterfalse
-from typing import Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 
@@ -28,14 +35,20 @@ from transforms.doc import Signals
 
 STOP_WORDS = frozenset({"the", "be", "to", "of", "and", "that", "have", "with"})
 BULLETS = ("•", "-", "*", "·", "‣", "◦", "–")
-TERMINAL_PUNCT = (".", "!", "?", '"', "”", "'", "’", "…", "。", "！", "？")
+# Also the full stops of Devanagari (danda, double danda), Arabic (question mark, Urdu full
+# stop), Armenian, Ethiopic and Myanmar, so their lines and sentences end as Latin ones do.
+TERMINAL_PUNCT = (".", "!", "?", '"', "”", "'", "’", "…", "。", "！", "？", "।", "॥", "؟", "۔", "։", "።", "။")
 C4_POLICY = ("terms of use", "privacy policy", "cookie policy", "uses cookies", "use of cookies",
              "use cookies")
 # A sentence ends with a run of these, then any closing quotes or brackets (`."`, `.)`,
 # `.”`, `!»`), then whitespace or the end of the text.
-_SENTENCE_PUNCT = ".!?。！？"
+_SENTENCE_PUNCT = ".!?。！？।॥؟۔։።။"
 SENTENCE_CLOSERS = "\"'”’»)]）」』"
-_SENTENCE_END = re.compile(f"[{re.escape(_SENTENCE_PUNCT)}]+[{re.escape(SENTENCE_CLOSERS)}]*(?=\\s|\\Z)")
+# The full-width full stops of Chinese and Japanese end a sentence with or without a space
+# after them (those languages put none between sentences), when text precedes them.
+_FULL_WIDTH_PUNCT = "。！？"
+_SENTENCE_END = re.compile(f"[{re.escape(_SENTENCE_PUNCT)}]+[{re.escape(SENTENCE_CLOSERS)}]*(?=\\s|\\Z)"
+                           f"|(?<=\\S)[{_FULL_WIDTH_PUNCT}]+[{re.escape(SENTENCE_CLOSERS)}]*(?![{_FULL_WIDTH_PUNCT}])")
 _NO_LETTER_TOKEN = re.compile(r"(?<!\S)(?:[^\s\w]|[\d_])+(?!\S)")
 _MOJIBAKE_HINTS = ("\u00c2", "\u00c3", "\u00e2", "\ufffd")
 _URL = re.compile(r"https?://|www\.")
@@ -131,9 +144,13 @@ def ngram_signals(words: Sequence[str], text_chars: int) -> dict[str, float]:
     return out
 
 
-def _c4_line_dropped(line: str) -> bool:
+def _c4_line_dropped(line: str, words: Optional[int] = None) -> bool:
+    """C4 drops a line without terminal punctuation, of fewer than 3 words (``words``:
+    the segmenter's count; None: whitespace words), or naming javascript or a policy."""
     stripped = line.strip()
-    if not stripped.endswith(TERMINAL_PUNCT) or len(stripped.split(None, 2)) < 3:
+    if not stripped.endswith(TERMINAL_PUNCT):
+        return True
+    if (len(stripped.split(None, 2)) if words is None else words) < 3:
         return True
     lower = stripped.lower()
     return "javascript" in lower or any(p in lower for p in C4_POLICY)
@@ -146,7 +163,8 @@ def _count_if(pattern: re.Pattern[str], text: str, hints: tuple[str, ...]) -> in
 
 def count_sentences(text: str) -> int:
     """Runs of sentence punctuation, with the closing quotes and brackets after them
-    (``SENTENCE_CLOSERS``), followed by whitespace or the end of the text: a news article
+    (``SENTENCE_CLOSERS``), followed by whitespace or the end of the text (a Chinese or
+    Japanese full stop also before the next character): a news article
     of 5 sentences ending in ``."``, ``.)`` and ``.”`` counted 4 without the closers and
     failed ``c4_sentences``."""
     return len(_SENTENCE_END.findall(text))
@@ -173,12 +191,21 @@ def char_stats(text: str) -> dict[str, float]:
     }
 
 
-def compute_signals(text: str) -> Signals:
-    """Every signal of ``text``; an empty text gives all zeros."""
+def compute_signals(text: str, segment: Optional[Callable[[str], list[str]]] = None,
+                    stop_words: frozenset[str] = STOP_WORDS) -> Signals:
+    """Every signal of ``text``; an empty text gives all zeros. ``segment``: the word
+    function (None: whitespace, as the English sources); ``stop_words``: the lower-case
+    stop words of the text's language (default: Gopher's English eight)."""
     chars = len(text)
-    words = text.split()
-    n_words = len(words)
     lines = [line for line in text.split("\n") if line.strip()]
+    if segment is None or segment is str.split:
+        words = text.split()
+        line_words: Optional[list[int]] = None
+    else:
+        per_line = [segment(line) for line in lines]
+        words = [word for line in per_line for word in line]
+        line_words = [len(line) for line in per_line]
+    n_words = len(words)
     n_lines = max(len(lines), 1)
     # re.split(r"\n{2,}") as str.split: 2x cheaper, same paragraphs.
     paragraphs = [p.strip("\n") for p in text.strip().split("\n\n") if p.strip("\n")]
@@ -186,7 +213,8 @@ def compute_signals(text: str) -> Signals:
     dup_paras, dup_para_chars = _duplicates(paragraphs)
     stripped = [line.strip() for line in lines]
     lower = text.lower()
-    kept_c4 = [line for line in stripped if not _c4_line_dropped(line)]
+    kept_c4 = ([line for line in stripped if not _c4_line_dropped(line)] if line_words is None else
+               [line for line, n in zip(stripped, line_words) if not _c4_line_dropped(line, n)])
     # Tokens that are not all letters (a minority) are scanned once for letter-free ones.
     mixed = " ".join(filterfalse(str.isalpha, words))
     alpha_words = n_words - len(_NO_LETTER_TOKEN.findall(mixed))
@@ -202,7 +230,7 @@ def compute_signals(text: str) -> Signals:
         bullet_lines_ratio=sum(1 for s in stripped if s.startswith(BULLETS)) / n_lines,
         ellipsis_lines_ratio=sum(1 for s in stripped if s.endswith(("...", "…"))) / n_lines,
         alpha_words_ratio=alpha_words / safe_words,
-        stop_words=float(sum(map(STOP_WORDS.__contains__, map(str.lower, words)))),
+        stop_words=float(sum(map(stop_words.__contains__, map(str.lower, words)))),
         dup_line_frac=dup_lines / n_lines,
         dup_para_frac=dup_paras / max(len(paragraphs), 1),
         dup_line_char_frac=dup_line_chars / safe_chars,

@@ -1,0 +1,171 @@
+"""Quality rules per language (issue 18, item 8): segmentation, stop words, fitted
+thresholds chosen by the document's language, the script fallback, the clean default."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from benchmarks import fit_language_rules
+from tests.conftest import shared
+from transforms.clean.clean import CleanConfig, LangIdConfig, select
+from transforms.clean.language_rules import (
+    LANGUAGE_RULES_FILE,
+    document_rules,
+    fit_map,
+    fit_stop_words,
+    is_word,
+    mapped,
+    profile,
+    rules_for,
+    tables,
+)
+from transforms.clean.rules import GopherQualityRules, QualityRules
+from transforms.clean.segment import char_words, dominant_script, segmenter_name, words
+from transforms.clean.signals import STOP_WORDS, compute_signals, count_sentences
+from transforms.doc import Doc
+
+# Article 1 of the Universal Declaration of Human Rights in Thai (the UN's translation).
+THAI = ("มนุษย์ทั้งหลายเกิดมามีอิสระและเสมอกันในเกียรติศักด์และสิทธิ "
+        "ต่างมีเหตุผลและมโนธรรม และควรปฏิบัติต่อกันด้วยเจตนารมณ์แห่งภราดรภาพ")
+
+
+def leipzig(lang: str) -> list[str]:
+    return shared("langid", "lingua_sentences", f"{lang}.txt").read_text(encoding="utf-8").splitlines()
+
+
+def document(lang: str, start: int = 0, count: int = 10) -> str:
+    """Ten real sentences, two per line (no space between Chinese/Japanese sentences)."""
+    lines = leipzig(lang)[start:start + count]
+    joiner = "" if lang in ("zh", "ja") else " "
+    return "\n".join(joiner.join(lines[i:i + 2]) for i in range(0, len(lines), 2))
+
+
+def test_jieba_segments_real_chinese():
+    sentence = leipzig("zh")[0]  # 102年度彰化县劳工运动会暨园游会于12月1日(星期日)上午在县立体育场...
+    got = words(sentence, "zh")
+    assert "运动会" in got and "体育场" in got and "劳工" in got
+    han = sum("\u4e00" <= c <= "\u9fff" for c in sentence)
+    text = "".join(leipzig("zh")[:200])
+    n = len(words(text, "zh"))
+    assert 0.4 * len(text) < n < 0.8 * len(text)  # ~1.6 characters per word, not 1, not whole lines
+    assert len(got) < han
+
+
+def test_character_fallback_on_real_japanese():
+    sentence = leipzig("ja")[1]  # クロノたちが13年ぶりに再会！
+    assert sentence.startswith("クロノたちが13年ぶりに再会")
+    got = words(sentence, "ja")
+    assert got[:6] == ["クロノ", "た", "ち", "が", "13", "年"]  # a Katakana run is one word
+    assert segmenter_name("ja") == "chars" and char_words("abc 漢字") == ["abc", "漢", "字"]
+
+
+def test_newmm_segments_thai():
+    got = words(THAI, "th")
+    assert got[:4] == ["มนุษย์", "ทั้งหลาย", "เกิด", "มา"]
+    assert 15 <= len(got) <= 30 and " " not in got
+
+
+def test_dominant_script():
+    assert dominant_script(leipzig("ja")[1]) == "Kana"  # Kana wins over Han in Japanese
+    assert dominant_script(leipzig("zh")[0]) == "Hani"
+    assert dominant_script(leipzig("ru")[0]) == "Cyrl" and dominant_script(THAI) == "Thai"
+    assert dominant_script("12345 !!!") == ""
+
+
+def test_stop_words_are_the_documents_language():
+    assert profile("en", "").stop_words == STOP_WORDS  # Gopher's eight, unchanged
+    german = profile("de", "")
+    assert {"der", "die", "und"} <= german.stop_words and "the" not in german.stop_words
+    assert {"的", "是"} <= profile("zh", "").stop_words and "の" in profile("ja", "").stop_words
+    text = document("de")
+    assert compute_signals(text, None, german.stop_words).stop_words >= 5
+    assert compute_signals(text).stop_words == 0  # English stop words: a German text has none
+
+
+def test_cjk_and_danda_sentences_end():
+    assert count_sentences("今日は晴れ。明日は雨！本当？「はい。」") == 4
+    assert count_sentences("यह एक वाक्य है। यह दूसरा है।") == 2
+    hindi = compute_signals("यह एक वाक्य है।\nयह दूसरा वाक्य है।")
+    assert hindi.fineweb_line_punct_ratio == 1.0 and hindi.c4_sentences == 2
+
+
+def test_thresholds_follow_the_documents_language():
+    rules = QualityRules()
+    data = json.loads(LANGUAGE_RULES_FILE.read_text(encoding="utf-8"))["languages"]
+    zh = rules_for(rules, "zh")
+    a, b = data["zh"]["maps"]["gopher_quality.max_mean_word_length"]
+    assert zh.gopher_quality.max_mean_word_length == pytest.approx(a + b * 10.0, abs=1e-4)
+    assert zh.gopher_quality.max_mean_word_length < 4 < rules.gopher_quality.max_mean_word_length
+    assert rules_for(rules, "de").gopher_quality.max_mean_word_length > 10  # German words are longer
+    assert zh.c4 == rules.c4 and zh.gopher_quality.min_words == 50  # language-neutral rules stay
+    assert document_rules(rules, profile("en", "")) is rules
+    assert document_rules(rules, profile("zh", "")) == zh
+    # a threshold set in the config is read as the English one and mapped
+    custom = QualityRules(gopher_quality=GopherQualityRules(max_mean_word_length=12.0, min_mean_word_length=None))
+    assert rules_for(custom, "zh").gopher_quality.max_mean_word_length == pytest.approx(a + b * 12.0, abs=1e-4)
+    assert rules_for(custom, "zh").gopher_quality.min_mean_word_length is None  # off stays off
+    assert mapped(0.5, (-2.0, 1.0)) == 0.0  # clipped at 0
+
+
+def test_a_language_without_a_table_falls_back_by_script():
+    cantonese = profile("yue", leipzig("zh")[0])
+    assert (cantonese.table, cantonese.segmenter, cantonese.stop_words) == ("zh", "jieba", frozenset())
+    assert cantonese.fallback == "Hani script default"
+    assert document_rules(QualityRules(), cantonese).gopher_quality.min_stop_words is None
+    finnish = profile("fi", "Kaikki ihmiset syntyvät vapaina ja tasavertaisina arvoltaan ja oikeuksiltaan.")
+    assert (finnish.table, finnish.segmenter) == ("", "whitespace")
+    assert finnish.fallback == "Latn script default: configured thresholds"
+    belarusian = profile("be", "Усе людзі нараджаюцца свабоднымі і роўнымі ў сваёй годнасці і правах.")
+    assert (belarusian.table, belarusian.fallback) == ("ru", "Cyrl script default")
+    thai = profile("th", THAI)
+    assert (thai.table, thai.segmenter, thai.fallback) == ("", "newmm", "Thai script default: configured thresholds")
+    assert "fi" not in tables() and "ru" in tables()
+
+
+def _doc(lang: str, text: str, lang_rules: bool = True) -> Doc:
+    prof = profile(lang, text) if lang_rules else None
+    signals = compute_signals(text) if prof is None else compute_signals(text, prof.segment(), prof.stop_words)
+    return Doc(id=lang, url="", text=text, source="t", fetched_at="", lang=lang, lang_score=0.99, signals=signals)
+
+
+def test_the_default_applies_rules_to_every_language():
+    cfg = CleanConfig(langid=LangIdConfig(model="lid.ftz", languages=()))
+    assert cfg.rules_languages == () and cfg.language_rules
+    for lang in ("de", "zh", "ja", "ru", "hi"):
+        assert select(_doc(lang, document(lang)), cfg, None) is None, lang
+    spam = "\n".join(["记住QQ215138693"] * 3 + leipzig("zh")[:8])
+    assert select(_doc("zh", spam), cfg, None)[0] == "fineweb_dup_line_char_ratio"
+    german = profile("de", "").stop_words  # a German text with its stop words taken out
+    stripped = "\n".join(" ".join(w for w in line.split() if w.lower() not in german)
+                         for line in document("de").splitlines())
+    assert select(_doc("de", stripped), cfg, None)[0] == "gopher_stop_words"
+    verdict = select(_doc("yue", spam), cfg, None)
+    assert verdict[1].endswith("[yue: rules of zh, Hani script default]")
+    assert select(_doc("fi", "Kaikki ihmiset syntyvät vapaina."), cfg, None)[1].endswith(
+        " [fi: Latn script default: configured thresholds]")
+    # language_rules off: English words and stop words for German, as before
+    old = CleanConfig(langid=LangIdConfig(model="lid.ftz", languages=()), language_rules=False)
+    assert select(_doc("de", document("de"), lang_rules=False), old, None)[0] == "gopher_stop_words"
+    assert select(_doc("de", document("de"), lang_rules=False), CleanConfig(
+        langid=LangIdConfig(model="lid.ftz", languages=()), rules_languages=("en",)), None) is None
+
+
+def test_fit_map_and_stop_word_fit():
+    english = np.linspace(0.0, 1.0, 101)
+    assert fit_map(english, 2 * english + 1, "max") == pytest.approx((1.0, 2.0))
+    assert fit_map(english, 2 * english + 1, "min") == pytest.approx((1.0, 2.0))
+    zeros = np.zeros(100)
+    assert fit_map(zeros, np.linspace(0.0, 0.2, 101), "max") == pytest.approx((0.19, 1.0))  # shift
+    assert is_word("में") and is_word("l'") is False and not is_word("12") and not is_word("，")
+    words_ = ["a"] * 50 + ["b"] * 30 + ["c"] * 10 + ["d"] * 5 + ["e"] * 5
+    assert fit_stop_words(words_, 0.85) == ["a", "b", "c", "d"]  # at least four
+    assert fit_stop_words(words_, 0.97) == ["a", "b", "c", "d", "e"]
+
+
+def test_committed_table_is_the_fit_of_the_shared_data():
+    shared("langid", "lingua_sentences", "en.txt")
+    text = json.dumps(fit_language_rules.fit(), ensure_ascii=False, indent=1, sort_keys=True) + "\n"
+    assert LANGUAGE_RULES_FILE.read_text(encoding="utf-8") == text
