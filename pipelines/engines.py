@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import shutil
 import signal
@@ -79,11 +80,21 @@ JOB_SERVER_HEAP = "--job_server_jvm_properties=-Xmx2g"
 #   runner's multi-output records (RawUnionValue), Kryo can (Beam's own recommendation
 #   for its Spark runner). Java 17 hid that error behind an IllegalAccessError of Spark's
 #   SerializationDebugger: the export lets it report the real one.
+# - The partitions grow with the input (one per SPARK_PARTITION_BYTES of it, at least
+#   SPARK_PARTITIONS), so a task's bundle, and with it the heap a task needs, stays the same
+#   size as documents grow: at 3M documents (4.1 GB of JSONL) 64 partitions ran the 2 GB
+#   heap out in dedup_minhash (2026-12-02; the same run had passed the day before: at the
+#   edge), 192 finished. 64 at 1M (1.4 GB) and 192 at 3M are both ~21 MB of input each.
 SPARK_PARTITIONS = 64
-SPARK_TUNING = (f"--job_server_jvm_properties=-Dspark.default.parallelism={SPARK_PARTITIONS}",
-                "--job_server_jvm_properties=-Dspark.serializer=org.apache.spark.serializer.KryoSerializer",
+SPARK_PARTITION_BYTES = 21 * 1024 * 1024
+SPARK_TUNING = ("--job_server_jvm_properties=-Dspark.serializer=org.apache.spark.serializer.KryoSerializer",
                 "--job_server_jvm_properties=--add-exports=java.base/sun.security.action=ALL-UNNAMED",
                 "--storage_level=MEMORY_AND_DISK")
+
+
+def spark_partitions(input_bytes: int) -> int:
+    """Spark's partitions for a job reading ``input_bytes`` (0: unknown, e.g. a crawl)."""
+    return max(SPARK_PARTITIONS, math.ceil(max(0, input_bytes) / SPARK_PARTITION_BYTES))
 
 
 class EngineMissing(RuntimeError):
@@ -127,9 +138,10 @@ class Engine:
     description: str
     part: Optional[str] = None  # the fetched part it needs
 
-    def args(self, cache: Optional[Path] = None, worker_pool: str = "") -> list[str]:
+    def args(self, cache: Optional[Path] = None, worker_pool: str = "", input_bytes: int = 0) -> list[str]:
         """Beam options for this engine. ``worker_pool``: an SDK worker pool's address
-        (``host:port``): workers run there (``EXTERNAL``) instead of in this process."""
+        (``host:port``): workers run there (``EXTERNAL``) instead of in this process.
+        ``input_bytes``: the job's input size (Spark's partitions follow it)."""
         path = str(PARTS[self.part].require(cache)) if self.part else ""
         environment = (["--environment_type=EXTERNAL", f"--environment_config={worker_pool}",
                         "--sdk_worker_parallelism=2"] if worker_pool
@@ -143,8 +155,11 @@ class Engine:
             return ["--runner=FlinkRunner", "--flink_master=[local]", f"--flink_version={FLINK_VERSION}",
                     f"--flink_job_server_jar={path}", "--parallelism=2", JOB_SERVER_HEAP] + environment
         if self.name == "spark":
+            partitions = spark_partitions(input_bytes)
             return ["--runner=SparkRunner", "--spark_master_url=local[2]",
-                    f"--spark_job_server_jar={path}", JOB_SERVER_HEAP, *SPARK_TUNING] + environment
+                    f"--spark_job_server_jar={path}", JOB_SERVER_HEAP,
+                    f"--job_server_jvm_properties=-Dspark.default.parallelism={partitions}",
+                    *SPARK_TUNING] + environment
         # Beam's portable runner puts job_server_timeout (300 s) on the job-state stream
         # when the preparation id is the job id, as on Prism: every stage longer than
         # 5 minutes failed with DEADLINE_EXCEEDED (1M documents). The other calls it
@@ -162,10 +177,10 @@ ENGINES = {e.name: e for e in (
 )}
 
 
-def engine_args(name: str, worker_pool: str = "", cache: Optional[Path] = None) -> list[str]:
+def engine_args(name: str, worker_pool: str = "", cache: Optional[Path] = None, input_bytes: int = 0) -> list[str]:
     if name not in ENGINES:
         raise ValueError(f"unknown engine {name!r}: one of {', '.join(ENGINES)}")
-    return ENGINES[name].args(cache, worker_pool)
+    return ENGINES[name].args(cache, worker_pool, input_bytes)
 
 
 # --- fetching the parts --------------------------------------------------------------

@@ -162,7 +162,10 @@ def main(argv: Optional[Sequence[str]] = None, out: TextIO = sys.stdout) -> int:
         _stderr(f"config error: {exc}\n")
         return 2
     try:
-        beam_args = (engine_args(args.engine) if args.engine else []) + list(beam_args)
+        if args.engine:
+            from pipelines.stages import configured_input_bytes
+
+            beam_args = engine_args(args.engine, input_bytes=configured_input_bytes(config)) + list(beam_args)
     except EngineMissing as exc:
         _stderr(f"engine error: {exc}\n")
         return 2

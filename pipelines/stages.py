@@ -135,6 +135,12 @@ def _extract_inputs(config: JobConfig) -> list[tuple[str, FileRef]]:
     return files
 
 
+def configured_input_bytes(config: JobConfig) -> int:
+    """The size of the configured inputs (what an engine's partitions are sized for; the
+    crawl's WARC files, not known before it runs, are not counted)."""
+    return sum(ref.size for spec in config.inputs for ref in match_pattern(spec.path) if ref.size > 0)
+
+
 def plan_extract(config: JobConfig, upstream: str) -> StagePlan:
     files = _extract_inputs(config)
     fields_by_format = {spec.format: spec.fields() for spec in config.inputs}

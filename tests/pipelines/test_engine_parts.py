@@ -7,7 +7,7 @@ import zipfile
 
 import pytest
 
-from pipelines.engines import ENGINES, EngineMissing, engine_args, write_launcher_jar
+from pipelines.engines import ENGINES, EngineMissing, engine_args, spark_partitions, write_launcher_jar
 from pipelines.run import main
 
 
@@ -42,6 +42,11 @@ def test_engine_options(tmp_path, monkeypatch):
     # and a stage is 64 bundles, not one per core (the 2 GB heap ran out at 1M documents)
     assert "--storage_level=MEMORY_AND_DISK" in spark
     assert "--job_server_jvm_properties=-Dspark.default.parallelism=64" in spark
+    # partitions follow the input (~21 MB each, at least 64): 3M documents (4.08 GB) are 186
+    assert spark_partitions(0) == 64 and spark_partitions(64 * 21 * 2**20) == 64
+    assert spark_partitions(64 * 21 * 2**20 + 1) == 65 and spark_partitions(4_080_269_726) == 186
+    assert "--job_server_jvm_properties=-Dspark.default.parallelism=186" in engine_args(
+        "spark", input_bytes=4_080_269_726)
     # spilling writes the runner's multi-output records: Java serialization cannot
     assert "--job_server_jvm_properties=-Dspark.serializer=org.apache.spark.serializer.KryoSerializer" in spark
     assert f"--prism_location={tmp_path / 'prism' / 'prism'}" in engine_args("prism")
