@@ -4,6 +4,7 @@ upsampling annotations through a Beam pipeline."""
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import apache_beam as beam
 import pytest
@@ -156,3 +157,39 @@ def test_template_specs_are_checked_when_the_config_is_read():
         TemplateSpec("poem")
     with pytest.raises(ValueError, match="unknown placeholder"):
         TemplateSpec("notes", "Rewrite {text} for {audience}")
+
+
+def _generation(parent_chars: int, outputs: list[str], errors: tuple[int, ...] = ()):
+    from transforms.augment.augment import _Parent, assemble_generation
+    from transforms.augment.rephrase import BUILTIN_TEMPLATES, GenerationParams, RephraseResult, make_request
+
+    params = GenerationParams(model="m")
+    template = BUILTIN_TEMPLATES["summary"]
+    chunk = "Alpha beta gamma delta epsilon zeta eta theta. " * 4
+    results = [RephraseResult(make_request("p1", i, chunk, template, params),
+                              **({"error": "HTTP 503", "error_type": "http_503", "attempts": 3} if i in errors
+                                 else {"text": text}))
+               for i, text in enumerate(outputs)]
+    rephrase = RephraseConfig(endpoint="http://127.0.0.1:1", model="m", min_length_ratio=0.5, max_length_ratio=2.0)
+    parent = _Parent("p1", "in.jsonl", "http://x/p1", "T", "en", parent_chars)
+    return assemble_generation(parent, "summary", "m", params.as_json(), list(reversed(results)), rephrase, "augment")
+
+
+def test_assembled_generation_joins_chunks_in_order_and_bounds_the_length_ratio():
+    from transforms.doc import Failure, Rejected
+
+    one, two = "One sentence of new words here.", "Another sentence of other words"
+    doc = _generation(64, [one, two])  # results arrive in any order
+    assert doc.text == f"{one}\n\n{two}" and len(doc.text) == 64 and doc.source == "synthetic"
+    assert (doc.provenance.parent_id, doc.provenance.chunks, doc.provenance.template) == ("p1", 2, "summary")
+    n = len(doc.text)
+    for parent_chars, kept in ((128, True), (129, False), (32, True), (31, False)):  # ratios 0.5 and 2.0 kept
+        out = _generation(parent_chars, [one, two])
+        assert isinstance(out, Rejected) != kept, parent_chars
+        if not kept:
+            assert out.reason == "length_ratio"
+    echo = _generation(n, [one, ""])
+    assert isinstance(echo, Rejected) and echo.reason == "empty" and "chunk 1 of 2" in echo.detail
+    failed = _generation(n, [one, two], errors=(1,))
+    assert isinstance(failed, Failure) and failed.error_type == "http_503" and "after 3 attempts" in failed.error
+    assert [r["chunk"] for r in json.loads(failed.raw)] == [0, 1]
