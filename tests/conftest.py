@@ -32,3 +32,14 @@ def shared(*parts: str) -> Path:
 def beam_options() -> PipelineOptions:
     """FnApiRunner: the DirectRunner would try to download the Prism runner."""
     return PipelineOptions(["--runner=FnApiRunner"])
+
+
+@pytest.fixture(autouse=True)
+def _root_log_level():
+    """A test that runs ``pipelines.run`` sets the root logger's level (``--log-level
+    ERROR``); later tests that read warnings with ``caplog`` would see none. Restored
+    after every test."""
+    root = logging.getLogger()
+    level = root.level
+    yield
+    root.setLevel(level)

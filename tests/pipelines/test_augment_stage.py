@@ -66,7 +66,7 @@ def test_upsampling_stage_annotates_every_document_and_reconciles(tmp_path):
 @pytest.mark.parametrize("augment, message", [
     ("  upsample: [{name: a, repeat: 1}]", "augment.upsample[0]: upsample rule 'a': repeat must be at least 2"),
     ("  max_repeats: 2\n  upsample: [{name: a, repeat: 3}]", "repeats more than max_repeats"),
-    ("  rephrase: {model: m, endpoint: 'http://u:p@h:1'}", "must not hold credentials"),
+    ("  rephrase: {model: m, endpoint: 'http://u:p@h:1'}", "endpoint: no credentials, query or fragment"),
     ("  upsample: [{name: a, repeat: 2, when: {labels: [science]}}]", "'set=value'"),
     ("  rephrase: {model: m, endpoint: 'http://127.0.0.1:9'}", "augment.rephrase needs a clean: section"),
 ])

@@ -117,6 +117,7 @@ def test_augment_config_refuses(bad, message):
 @pytest.mark.parametrize("bad, message", [
     (dict(endpoint="ftp://x"), "http"),
     (dict(endpoint="http://user:pw@x"), "credentials"),
+    (dict(endpoint="http://x:1/?key=sk-1"), "query"),
     (dict(api_key_env="MY KEY"), "environment variable"),
     (dict(templates=()), "at least one"),
     (dict(templates=(TemplateSpec("qa"), TemplateSpec("qa"))), "unique"),

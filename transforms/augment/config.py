@@ -22,13 +22,33 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 from urllib.parse import urlsplit
 
-__all__ = ["AugmentConfig", "RephraseConfig", "Selection", "TemplateSpec", "UpsampleRule", "BACKENDS"]
+__all__ = ["AugmentConfig", "check_api_key_env", "check_endpoint", "RephraseConfig", "Selection", "TemplateSpec", "UpsampleRule", "BACKENDS"]
 
 BACKENDS = ("openai", "runinference")
 APIS = ("completions", "chat")
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 _LABEL = re.compile(r"^[A-Za-z0-9_]+=[^\s=]+$")
-_ENV = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ENV = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+
+
+def check_endpoint(endpoint: object) -> str:
+    """An http(s) base URL with a host and no credentials, query or fragment; no trailing /
+    (the config and the backend apply this one rule)."""
+    parts = urlsplit(endpoint) if isinstance(endpoint, str) else None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError("endpoint: expected an http:// or https:// URL with a host")
+    if parts.username or parts.password or parts.query or parts.fragment:
+        raise ValueError("endpoint: no credentials, query or fragment (put the key in api_key_env)")
+    return endpoint.rstrip("/")  # type: ignore[union-attr]
+
+
+def check_api_key_env(name: object) -> str:
+    """The variable's *name*; the message never repeats a value that might be a key."""
+    if name == "":
+        return ""
+    if not isinstance(name, str) or not _ENV.match(name):
+        raise ValueError("api_key_env: expected the name of an environment variable (letters, digits, _)")
+    return name
 
 
 def _fraction(name: str, value: Optional[float], low_open: bool = True) -> None:
@@ -152,13 +172,8 @@ class RephraseConfig:
         if not self.model.strip():
             raise ValueError("model must be set (the served model's name, or a local model directory)")
         if self.backend == "openai":
-            parts = urlsplit(self.endpoint)
-            if parts.scheme not in ("http", "https") or not parts.hostname:
-                raise ValueError(f"endpoint must be an http(s) URL of the server, got {self.endpoint!r}")
-            if parts.username or parts.password:
-                raise ValueError("endpoint must not hold credentials: put the key in the variable api_key_env names")
-        if self.api_key_env and not _ENV.match(self.api_key_env):
-            raise ValueError(f"api_key_env must be an environment variable's name, got {self.api_key_env!r}")
+            check_endpoint(self.endpoint)
+        check_api_key_env(self.api_key_env)
         if not self.templates:
             raise ValueError("templates must name at least one template")
         names = [t.name for t in self.templates]

@@ -23,7 +23,8 @@ from apache_beam.metrics import Metrics
 from apache_beam.ml.inference.base import KeyedModelHandler, PredictionResult, RunInference
 
 from transforms.augment.hf_backend import CausalLMHandler, Generation
-from transforms.augment.openai_backend import APIS, OpenAIBackend, check_api_key_env, check_endpoint
+from transforms.augment.config import check_api_key_env, check_endpoint
+from transforms.augment.openai_backend import APIS, OpenAIBackend
 from transforms.augment.rephrase import RephraseRequest, RephraseResult
 from transforms.augment.response_cache import ResponseCache
 

@@ -29,21 +29,19 @@ import logging
 import math
 import os
 import random
-import re
 import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Sequence
-from urllib.parse import urlsplit
 
 import aiohttp
 
+from transforms.augment.config import check_api_key_env, check_endpoint
 from transforms.augment.rephrase import RephraseRequest, RephraseResult
 from transforms.augment.response_cache import ResponseCache
 
 _LOGGER = logging.getLogger(__name__)
 APIS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 ERROR_SNIPPET = 200  # characters of a server's error body kept in the error text
 
 
@@ -66,25 +64,6 @@ class _Outcome:
     error_type: str = ""
     attempts: int = 0
     seconds: float = 0.0
-
-
-def check_endpoint(endpoint: object) -> str:
-    """An http(s) base URL with a host and no credentials, query or fragment; no trailing /."""
-    parts = urlsplit(endpoint) if isinstance(endpoint, str) else None
-    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError("endpoint: expected an http:// or https:// URL with a host")
-    if parts.username or parts.password or parts.query or parts.fragment:
-        raise ValueError("endpoint: no credentials, query or fragment (put the key in api_key_env)")
-    return endpoint.rstrip("/")  # type: ignore[union-attr]
-
-
-def check_api_key_env(name: object) -> str:
-    """The variable's *name*; the message never repeats a value that might be a key."""
-    if name == "":
-        return ""
-    if not isinstance(name, str) or not _ENV_NAME.match(name):
-        raise ValueError("api_key_env: expected the name of an environment variable (letters, digits, _)")
-    return name
 
 
 def parse_retry_after(value: str | None, cap: float, now: float | None = None) -> float | None:
