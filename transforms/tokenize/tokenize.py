@@ -241,13 +241,11 @@ class _EncodeFn(beam.DoFn):
     def _count_origin(self, doc: Doc, tokens: int) -> None:
         """Tokens (each document once) of the original documents and of each rephrasing
         template's synthetic ones: ``tokens_original``, ``tokens_template_<name>``."""
-        from apache_beam.metrics import Metrics
-
         template = doc.provenance.template if doc.provenance is not None else ""
         name = f"tokens_template_{template}" if template else "tokens_original"
         counter = self._by_origin.get(name)
         if counter is None:
-            counter = self._by_origin[name] = Metrics.counter(self._stage, name)
+            counter = self._by_origin[name] = beam.metrics.Metrics.counter(self._stage, name)
         counter.inc(tokens)
 
     def process(self, batch: list[Doc]) -> Iterator[Any]:
