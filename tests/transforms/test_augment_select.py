@@ -194,3 +194,16 @@ def test_assembled_generation_joins_chunks_in_order_and_bounds_the_length_ratio(
     failed = _generation(n, [one, two], errors=(1,))
     assert isinstance(failed, Failure) and failed.error_type == "http_503" and "after 3 attempts" in failed.error
     assert [r["chunk"] for r in json.loads(failed.raw)] == [0, 1]
+
+
+def test_rephrasing_selects_by_both_selections_and_never_rewrites_a_generation():
+    from transforms.augment.augment import rephrase_selected
+
+    config = AugmentConfig(select=Selection(languages=("en",)), rephrase=RephraseConfig(
+        endpoint="http://127.0.0.1:1", model="m", select=Selection(min_quality=0.5)))
+    assert rephrase_selected(doc(1, quality=0.5), config, [])
+    assert not rephrase_selected(doc(1, quality=0.4), config, [])
+    assert not rephrase_selected(doc(1, quality=0.9, lang="de"), config, [])
+    generated = dataclasses.replace(doc(1, quality=0.9), source="synthetic")
+    assert not rephrase_selected(generated, config, [])
+    assert not rephrase_selected(doc(1, quality=0.9), AugmentConfig(upsample=(UpsampleRule("a", 2),)), [])
