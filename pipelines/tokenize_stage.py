@@ -209,7 +209,8 @@ class TokenizeDriver:
     def _build(self, pipeline: beam.Pipeline) -> None:
         model = FileSystems.join(self.directory, TOKENIZER_FILE)
         outputs = (pipeline | "ReadDocs" >> self.read_docs(self.files)
-                   | "Tokenize" >> TokenizeToShards(self.config, model, self.directory))
+                   | "Tokenize" >> TokenizeToShards(self.config, model, self.directory,
+                                                   parts=FileSystems.join(self.work, "parts")))
         (outputs.kept | "Records" >> beam.Map(json.dumps)
          | "WriteRecords" >> beam.io.WriteToText(FileSystems.join(self.work, "shards", "part")))
         outputs.rejected | "WriteRejected" >> WriteParquet(

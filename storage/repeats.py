@@ -82,6 +82,19 @@ def shard_repeat_stats(entries: Sequence[tuple[int, int, int, Sequence[str]]]) -
             "rules": dict(sorted(rules.items()))}
 
 
+def merge_repeat_stats(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """``shard_repeat_stats`` of a shard from those of its parts (any order): the counts
+    and each rule's row summed, rule names sorted."""
+    rules: dict[str, list[int]] = {}
+    for part in parts:
+        for name, row in part["rules"].items():
+            total = rules.setdefault(name, [0, 0, 0])
+            for i in range(3):
+                total[i] += int(row[i])
+    return {key: sum(int(p[key]) for p in parts) for key in ("repeat_docs", "repeat_tokens", "upsampled_docs")} | {
+        "rules": dict(sorted(rules.items()))}
+
+
 def upsampling_summary(shards: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The version's upsampling from its shards' records (``num_docs``, ``num_tokens`` and
     the ``shard_repeat_stats`` fields): ``documents`` and ``tokens_before`` (each document

@@ -34,7 +34,7 @@ HEADER_SIZE = 96
 _HEADER = struct.Struct("<8sIIQQQQ32s16s")
 
 __all__ = ["FORMAT_VERSION", "HEADER_SIZE", "MAGIC", "Shard", "ShardError", "ShardHeader", "ShardInfo",
-           "decode_shard", "dtype_for_vocab", "encode_shard", "header_sha256"]
+           "decode_shard", "dtype_for_vocab", "encode_shard", "header_sha256", "shard_header"]
 
 
 class ShardError(ValueError):
@@ -101,10 +101,19 @@ def encode_shard(docs: Sequence[np.ndarray], dtype: np.dtype) -> tuple[bytearray
         np.concatenate(docs, out=payload, casting="unsafe")
     index = np.frombuffer(out, dtype="<u8", count=len(docs) + 1, offset=index_at)
     np.cumsum(lengths, out=index[1:])
-    digest = hashlib.sha256(memoryview(out)[HEADER_SIZE:]).digest()
-    ShardHeader(MAGIC, FORMAT_VERSION, dtype.itemsize, len(docs), total, HEADER_SIZE, index_at,
-                digest.hex(), b"\0" * 16).pack_into(out)
-    return out, len(docs), total, digest.hex()
+    digest = hashlib.sha256(memoryview(out)[HEADER_SIZE:]).hexdigest()
+    out[:HEADER_SIZE] = shard_header(dtype.itemsize, len(docs), total, digest)
+    return out, len(docs), total, digest
+
+
+def shard_header(width: int, num_docs: int, num_tokens: int, sha256: str) -> bytes:
+    """The 96-byte header of a shard of ``num_docs`` documents and ``num_tokens`` tokens of
+    ``width`` bytes whose payload and index hash to ``sha256`` (hex): what a writer that
+    streams the payload (``transforms.tokenize``'s part joiner) writes first."""
+    out = bytearray(HEADER_SIZE)
+    ShardHeader(MAGIC, FORMAT_VERSION, width, num_docs, num_tokens, HEADER_SIZE,
+                HEADER_SIZE + num_tokens * width, sha256, b"\0" * 16).pack_into(out)
+    return bytes(out)
 
 
 @dataclass(frozen=True)

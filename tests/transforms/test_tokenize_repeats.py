@@ -152,3 +152,39 @@ def test_upsampled_shards_are_the_same_on_every_run(tmp_path, beam_options):
     again = tokenize(tmp_path / "b", list(reversed(docs)), beam_options)["records"]  # another input order
     assert [(r["name"], r["sha256"], r["documents_sha256"]) for r in first] == \
         [(r["name"], r["sha256"], r["documents_sha256"]) for r in again]
+
+
+def tokenize_in_parts(tmp_path: Path, docs: list[Doc], beam_options, part_bytes: int) -> dict:
+    model = str(shared("models", "spm_test_model_botchan.model"))
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    pipeline = TestPipeline(options=beam_options)
+    config = TokenizeConfig(target_shard_bytes=1500, seed=SEED, part_bytes=part_bytes)
+    result = (pipeline | beam.Create(docs)
+              | TokenizeToShards(config, model, str(tmp_path / "version"), parts=str(tmp_path / "parts")))
+    result.kept | beam.Map(json.dumps) | beam.io.WriteToText(str(tmp_path / "records"), shard_name_template="")
+    pipeline.run().wait_until_finish()
+    return {"records": sorted((json.loads(line) for line in open(tmp_path / "records")), key=lambda r: r["name"]),
+            "parts_left": (tmp_path / "parts").exists()}
+
+
+@pytest.mark.parametrize("part_bytes", [1, 100, 400, 1 << 20])
+def test_a_shard_written_in_parts_is_the_shard_written_whole(tmp_path, beam_options, part_bytes):
+    """1,500-byte shards as 2**12 (the cap), 16, 4 parts or one: the same shard bytes,
+    documents tables and repeat counts, and the parts are gone at the end."""
+    whole = tokenize(tmp_path / "whole", documents(UPSAMPLED), beam_options)["records"]
+    got = tokenize_in_parts(tmp_path / "parts", documents(UPSAMPLED), beam_options, part_bytes)
+    assert got["records"] == whole
+    assert not got["parts_left"]
+    plain = tokenize_in_parts(tmp_path / "plain", documents({}), beam_options, part_bytes)["records"]
+    assert [r["sha256"][:16] for r in plain] == BEFORE
+
+
+def test_part_bits_cover_a_shard_with_parts_of_the_given_size():
+    from transforms.tokenize.tokenize import MAX_PART_BITS, part_bits
+
+    assert part_bits(256 << 20, 16 << 20) == 4  # 16 parts
+    assert part_bits(256 << 20, 17 << 20) == 4  # 16 parts (ceil 15.06 -> 16)
+    assert part_bits(256 << 20, 15 << 20) == 5  # 18 parts -> 32
+    assert part_bits(100, 100) == part_bits(100, 1000) == 0  # one part
+    assert part_bits(101, 100) == 1
+    assert part_bits(1 << 40, 1) == MAX_PART_BITS
