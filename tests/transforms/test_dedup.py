@@ -51,7 +51,8 @@ HARD_TEXTS = ["", " ", "\x00", "a", "a b", "x\x00y z w v u t", "ΣΑΣ ΣΑΣ. �
               "w" * 300 + " and some more words after it", " ".join(c * k for c, k in zip("xyz", (255, 256, 257))), "é" * 200 + " x y z w q r", "Ⅰ Ⅱ Ⅲ Ⅳ Ⅴ Ⅵ Ⅶ",
               "😀 😀 a b c d e f g", "\ud800 lone surrogate a b c d e", "ＡＢＣ！ＤＥＦ　ｇｈｉ a b c d",
               "¡hola! «quote» ¿qué? 1·2 a–b—c “d” ‘e’ … 、。「東京」 ＃１", "...!!!", "ÀÉÎÕÜ Ÿ Ǆ ǅ ǆ a b c",
-              "tab\tnew\nline\rcarriage\x0bvt\x0cff a b"]
+              "tab\tnew\nline\rcarriage\x0bvt\x0cff a b",
+              "\U00010400\U00010401 DESERET \U00010428 \U0001e900\U0001e922 \U000104b0 \u2c00 a b c d"]
 
 
 @pytest.mark.parametrize("compat", [False, True])
@@ -117,6 +118,12 @@ def test_band_keys_and_optimal_layout():
     assert len(keys) == 14 and len(set(keys)) == 14 and keys[0][0] == 0
     bands, rows = optimal_bands(0.8, 112)
     assert bands * rows <= 112
+    from datasketch import MinHashLSH  # the same layout datasketch picks, default weights and others
+
+    for threshold, num_perm, weights in [(0.8, 112, (0.5, 0.5)), (0.5, 128, (0.5, 0.5)), (0.8, 112, (0.7, 0.3))]:
+        lsh = MinHashLSH(threshold=threshold, num_perm=num_perm, weights=weights)
+        got = optimal_bands(threshold, num_perm) if weights == (0.5, 0.5) else optimal_bands(threshold, num_perm, *weights)
+        assert got == (lsh.b, lsh.r)
     assert MinHashConfig(threshold=0.8).layout() == (bands, rows)
     with pytest.raises(ValueError, match="exceeds num_perm"):
         MinHashConfig(bands=20, rows=8)
@@ -242,6 +249,54 @@ def test_exact_dedup_transform(beam_options):
                     equal_to(["d0000", "d1000", "d1001", "d1002", "u1"]), label="kept")
         assert_that(out.rejected | beam.Map(lambda r: r.reason) | beam.combiners.Count.PerElement(),
                     equal_to([("duplicate_text", 1001), ("duplicate_url", 1)]), label="rejected")
+
+
+def test_exact_dedup_with_one_rule_off_applies_the_other(beam_options):
+    """URL rule off: text duplicates still go (and the reverse); nothing fails; the
+    counters are the stage's (``dedup_exact`` by default)."""
+    import dataclasses
+
+    from apache_beam.metrics.metric import MetricsFilter
+
+    docs = [Doc(id="a", url="http://x.org/", text="same text", source="t", fetched_at=""),
+            Doc(id="b", url="http://x.org/", text="same TEXT!", source="t", fetched_at=""),
+            Doc(id="c", url="http://y.org/", text="other", source="t", fetched_at="")]
+    for exact_url, exact_text, reason in ((False, True, "duplicate_text"), (True, False, "duplicate_url")):
+        p = TestPipeline(options=beam_options)
+        out = p | beam.Create(docs) | ExactDedup(dataclasses.replace(DedupConfig(), exact_url=exact_url,
+                                                                      exact_text=exact_text))
+        assert_that(out.kept | beam.Map(lambda d: d.id), equal_to(["a", "c"]), label="kept")
+        assert_that(out.rejected | beam.Map(lambda r: (r.doc.id, r.reason, r.detail)),
+                    equal_to([("b", reason, "duplicate of a")]), label="rejected")
+        assert_that(out.failed, equal_to([]), label="failed")
+        result = p.run()
+        result.wait_until_finish()
+        counters = {c.key.metric.name: c.committed
+                    for c in result.metrics().query(MetricsFilter().with_namespace("dedup_exact"))["counters"]}
+        assert counters["records_in"] == 3 and counters["records_out"] == 2, counters
+
+
+def test_band_keys_skip_an_empty_document_and_go_on_with_the_batch():
+    from transforms.dedup.dedup import _BandKeysFn
+
+    config = MinHashConfig()
+    fn = _BandKeysFn(config)
+    fn.setup()
+    text = "a text with more than five words in it"
+    keys = list(fn.process([("1|e", "..."), ("1|a", text), ("1|f", ""), ("1|b", text)]))
+    assert [node for _, node in keys] == ["1|a"] * 14 + ["1|b"] * 14
+    assert [k for k, _ in keys[:14]] == band_keys(config.hasher().signatures([text])[0], 14, 8)
+
+
+def test_the_config_builds_its_hasher_and_node_keys_are_documented():
+    from transforms.dedup.components import node_key, stable_hash
+
+    config = MinHashConfig(num_perm=64, seed=7, ngram=3, compat=True, bands=8, rows=8)
+    assert config.hasher() == MinHasher(num_perm=64, seed=7, ngram=3, compat=True)
+    assert MinHashConfig().hasher() == MinHasher(num_perm=112, seed=1, ngram=5, compat=False)
+    assert node_key("a") == "1|a" and node_key("a", True) == "0|a"
+    assert node_key("a", False, 0.25) == "10.750000|a" and node_key("a", True, 7.0) == "00.000000|a"
+    assert stable_hash("x\ud800y") == stable_hash("x\ud800y") != stable_hash("xy")  # a lone surrogate hashes
 
 
 def test_exact_dedup_with_both_rules_off_passes_everything(beam_options):
@@ -385,6 +440,9 @@ def test_keep_rule_orders_nodes():
     assert sorted([d("a", 0.1), d("b", 0.9), d("c", None)], key=best.node)[0].id == "b"
     assert sorted([d("b", 0.5), d("a", 0.5)], key=best.node)[0].id == "a"  # tie: smallest id
     assert best.node(d("z", 1.0), previous_run=True) < best.node(d("a", 1.0))  # earlier runs win
+    assert sorted([d("b", 0.0), d("a", None)], key=best.node)[0].id == "a"  # no score ranks as 0: a tie
+    assert sorted([d("b", 1.5), d("a", 1.0)], key=best.node)[0].id == "a"  # scores are clamped to [0, 1]
+    assert sorted([d("b", -1.0), d("a", 0.0)], key=best.node)[0].id == "a"
     with pytest.raises(ValueError, match="keep"):
         DedupConfig(keep="random")
 
@@ -397,6 +455,9 @@ def test_keep_rule_orders_nodes():
     (["b1", "a99"], "a99"),  # text first, then the number
     (["a|2", "a|10"], "a|2"),  # the node separator inside ids
     (["x" + "9" * 12, "x" + "1" + "0" * 12], "x" + "9" * 12),  # long digit runs
+    (["x1000000000", "x999999999"], "x999999999"),  # 10 digits after 9 (where the long form starts)
+    (["x100000000", "x99999999"], "x99999999"),  # 9 digits after 8
+    (["t1!", "t1"], "t1"),  # an id before any extension, punctuation too
 ])
 def test_smallest_id_is_natural_order(ids, first):
     from transforms.dedup.components import doc_id_of
@@ -427,3 +488,201 @@ def test_normalisation_keeps_every_multibyte_character_intact():
     assert normalize_for_dedup("x² ³ 42 ł й ²³ β") == "x² ³ 00 ł й ²³ β"
     for compat in (False, True):
         assert MinHasher(compat=compat).signatures(["łódź й² " * 5]).shape[0] == 1
+
+
+@pytest.mark.parametrize("kind", ["large", "small"])
+@pytest.mark.parametrize("salts", [1, 2, 5])
+def test_the_pieces_of_a_split_node_give_the_edges_of_the_unsplit_star(kind, salts):
+    """The hot-node path piece by piece (the Beam tests run it whole): members keyed to
+    sub-groups by salt, each sub-group's minimum combined with the node and broadcast
+    back, the sub-groups' edges joined: exactly the edges of ``large_star`` /
+    ``small_star`` on the whole group, the node's own small-star link once."""
+    from apache_beam.pvalue import TaggedOutput
+
+    from transforms.dedup.components import (_broadcast_min, _key_by_salt, _split_edges, _StarGroupFn,
+                                             stable_hash)
+
+    rng = random.Random(salts)
+    for node in ("n050", "n000", "n999"):
+        members = {f"n{rng.randrange(1000):03d}" for _ in range(40)} - {node}
+        whole = set(large_star(node, members) if kind == "large" else small_star(node, members))
+        hot = {node: salts} if salts > 1 else {}
+        groups: dict = {}
+        for member in members:
+            key, value = _key_by_salt((node, member), hot)
+            assert key == (node, stable_hash(member) % salts if salts > 1 else 0) and value == member
+            groups.setdefault(key, []).append(value)
+        fn = _StarGroupFn(kind)
+        fn.setup()
+        if not hot:  # not hot: the group's edges come straight out
+            assert set(fn.process(((node, 0), members), hot)) == whole
+            continue
+        partials, split = [], {}
+        for key, group in groups.items():
+            out = list(fn.process((key, group + group[:1]), hot))  # a repeated member counts once
+            assert all(isinstance(o, TaggedOutput) for o in out)
+            partials += [o.value for o in out if o.tag == "partial"]
+            split.update(o.value for o in out if o.tag == "split")
+        assert partials and all(p == (node, min(groups[k])) for k, p in zip(groups, partials))
+        smallest = min(min(p for _, p in partials), node)
+        broadcast = list(_broadcast_min((node, min(p for _, p in partials)), hot))
+        assert broadcast == [((node, s), smallest) for s in range(salts)]
+        edges = [e for key, members_ in split.items()
+                 for e in _split_edges(kind, (key, {"min": [smallest], "members": [members_]}))]
+        if kind == "small" and node != smallest and (node, 0) not in split:  # salt 0 got no member
+            edges += list(_split_edges(kind, ((node, 0), {"min": [smallest], "members": []})))
+        assert len(edges) == len(set(edges)) and set(edges) == whole
+
+
+def test_assign_component_keeps_the_root_and_rejects_the_others():
+    from apache_beam.pvalue import TaggedOutput
+
+    from transforms.dedup.dedup import assign_component
+    from transforms.routing import REJECTED
+
+    def doc(i: str) -> Doc:
+        return Doc(id=i, url="", text="t", source="s", fetched_at="")
+
+    (kept,) = assign_component(("1|a", {"docs": [doc("a")], "roots": ["1|a"]}))
+    assert kept.id == "a" and kept.dup_cluster == "a"
+    alone = list(assign_component(("1|z", {"docs": [doc("z"), doc("z")], "roots": []})))  # in no component
+    assert [(d.id, d.dup_cluster) for d in alone] == [("z", ""), ("z", "")]
+    (out,) = assign_component(("1|b", {"docs": [doc("b")], "roots": ["1|a"]}))
+    assert isinstance(out, TaggedOutput) and out.tag == REJECTED
+    assert (out.value.doc.id, out.value.doc.dup_cluster, out.value.reason, out.value.detail) == \
+        ("b", "a", "near_duplicate", "component a: kept a")
+    (old,) = assign_component(("1|b", {"docs": [doc("b")], "roots": ["0|x|y"]}))
+    assert old.value.doc.dup_cluster == "x|y" and old.value.detail == "component x|y: kept an earlier run's x|y"
+
+
+def test_edge_checksum_is_a_fixed_64_bit_value_of_the_directed_edge():
+    """The stage driver sums ``edge_checksum`` over a round's edges to tell whether the
+    round changed anything: it must be the same in every process and run (pinned here),
+    use all 64 bits, and tell (a, b) from (b, a)."""
+    from transforms.dedup.components import _both_ways, edge_checksum
+
+    assert edge_checksum(("1|b", "1|a")) == 9836960825723775713
+    assert edge_checksum(("1|a", "1|b")) == 15463784703394560594
+    values = [edge_checksum((f"1|n{i}", "1|a")) for i in range(200)]
+    assert len(set(values)) == 200 and max(values) >= 1 << 63 and min(values) < 1 << 62
+    assert list(_both_ways(("1|b", "1|a"))) == [("1|b", "1|a"), ("1|a", "1|b")]
+
+
+def _fast_hash_reference(text: str, n: int) -> list[int]:
+    """The ``fast`` shingle hash as the module docstring defines it, in Python integers:
+    word hash sum((byte + 1) * M^(k+1)) (k capped at 255), words combined as h * POLY + w,
+    MurmurHash3's 64-bit finaliser steps, the top 32 bits. Signatures written to an earlier
+    run's index are compared with new ones: the function must not drift."""
+    mask, m, poly = (1 << 64) - 1, 0x100000001B3, 0x9E3779B97F4A7C15
+    words = [sum((b + 1) * pow(m, min(k, 255) + 1, 1 << 64) for k, b in enumerate(word)) & mask
+             for word in normalized_words(text)]
+    if not words:
+        return []
+    n = min(n, len(words))
+    out = []
+    for i in range(len(words) - n + 1):
+        h = words[i]
+        for w in words[i + 1:i + n]:
+            h = (h * poly + w) & mask
+        h ^= h >> 33
+        h = (h * 0xFF51AFD7ED558CCD) & mask
+        h ^= h >> 33
+        out.append(h >> 32)
+    return out
+
+
+@pytest.mark.parametrize("ngram", [1, 2, 5])
+def test_fast_shingle_hashes_are_the_documented_function(ngram):
+    from transforms.dedup.minhash import fast_shingle_hashes, fmix32, word_hashes
+
+    for text in book_docs(2) + ["w" * 300 + " x y", "a b", "", "Grüße aus Köln, 2024!"]:
+        got = fast_shingle_hashes(word_hashes(normalized_bytes_of(text)), ngram)
+        assert got.dtype == np.uint32 and got.tolist() == _fast_hash_reference(text, ngram)
+        raw = got.copy()
+        fmix32(got)
+        assert np.array_equal(got, raw)  # fmix32 leaves its argument alone
+
+
+def normalized_bytes_of(text: str) -> bytes:
+    from transforms.dedup.minhash import normalized_bytes
+
+    return normalized_bytes(text)
+
+
+def test_position_tables_built_from_scratch_and_grown(monkeypatch):
+    """The batch path's tables of P^j and P^(1-j) (a process-wide cache, so built here
+    anew): exact powers, at least 2^16 long, doubled when a batch needs more; signatures
+    of a batch longer than the first table equal the per-document ones."""
+    import transforms.dedup.minhash as minhash
+
+    monkeypatch.setattr(minhash, "_tables", [])
+    p, mod = 0x100000001B3, 1 << 64
+    powers, inverse = minhash._position_tables(10)
+    assert len(powers) == len(inverse) == 1 << 16 and powers.dtype == inverse.dtype == np.uint64
+    for j in (0, 1, 2, 255, 4097, (1 << 16) - 1):
+        assert int(powers[j]) == pow(p, j, mod) and int(inverse[j]) == pow(p, 1 - j, mod)
+    assert minhash._position_tables(1 << 16)[0] is powers  # long enough: the same table
+    grown, _ = minhash._position_tables((1 << 16) + 5)
+    assert len(grown) == 1 << 17 and int(grown[-1]) == pow(p, (1 << 17) - 1, mod)
+    assert len(minhash._position_tables(300_000)[0]) == 300_000
+    monkeypatch.setattr(minhash, "_tables", [])
+    texts = book_docs(25)  # 75,000 characters in one batch: more than the first table
+    hasher = MinHasher(num_perm=16)
+    a, b = hasher.permutations
+    for text, row in zip(texts, hasher.signatures(texts)):
+        ref = hasher.shingle_hashes(text)
+        assert np.array_equal(row, (a[:, None] * ref[None, :] + b[:, None]).min(axis=1))
+
+
+def test_signature_batches_are_bounded_and_a_long_document_goes_alone(monkeypatch):
+    """Batches hold at most ``_BATCH_CHARS`` characters (one longer document alone), and
+    a document over ``_LONG_DOC_CHARS`` takes the per-document path."""
+    import transforms.dedup.minhash as minhash
+
+    monkeypatch.setattr(minhash, "_BATCH_CHARS", 100)
+    monkeypatch.setattr(minhash, "_LONG_DOC_CHARS", 300)
+    calls: list[tuple[str, list[int]]] = []
+    batch, single = MinHasher.batch_hashes, MinHasher.shingle_hashes
+    monkeypatch.setattr(MinHasher, "batch_hashes",
+                        lambda self, texts: calls.append(("batch", [len(t) for t in texts])) or batch(self, texts))
+    hasher = MinHasher(num_perm=8)
+    lengths = [40, 60, 1, 100, 99, 2, 300, 301, 5, 150]
+    texts = [("word " * 80)[:k] for k in lengths]
+    monkeypatch.setattr(MinHasher, "shingle_hashes",
+                        lambda self, text: calls.append(("single", [len(text)])) or single(self, text))
+    rows = hasher.signatures(texts)
+    batches = [c for c in calls if c[0] == "batch" or c[1] == [301]]
+    assert batches == [("batch", [40, 60]), ("batch", [1]), ("batch", [100]), ("batch", [99]), ("batch", [2]),
+                       ("batch", [300]), ("single", [301]), ("batch", [5]), ("batch", [150])]
+    a, b = hasher.permutations
+    for text, row in zip(texts, rows):
+        ref = single(hasher, text)
+        assert np.array_equal(row, (a[:, None] * ref[None, :] + b[:, None]).min(axis=1))
+
+
+@pytest.mark.parametrize("ngram", [1, 3, 5])
+def test_a_batch_of_exactly_ngram_words_and_lone_surrogates_with_lowering(ngram):
+    hasher = MinHasher(num_perm=8, ngram=ngram)
+    a, b = hasher.permutations
+    texts = [" ".join(["alpha", "beta", "gamma", "delta", "eps"][:ngram]),  # alone: exactly n words
+             "\ud800 İSTANBUL ÄÖÜ a b c d e f"]  # the str.lower() path with a lone surrogate
+    for batch in ([texts[0]], [texts[1]], texts):
+        for text, row in zip(batch, hasher.signatures(batch)):
+            ref = hasher.shingle_hashes(text)
+            assert len(ref) and np.array_equal(row, (a[:, None] * ref[None, :] + b[:, None]).min(axis=1))
+
+
+def test_configs_refuse_each_bad_value_alone():
+    assert MinHasher(num_perm=1, ngram=1).num_perm == 1
+    for bad in ({"num_perm": 0}, {"ngram": 0}, {"num_perm": -1}):
+        with pytest.raises(ValueError, match="^num_perm and ngram must be > 0$"):
+            MinHasher(**bad)
+    assert MinHashConfig(threshold=0.01).threshold == 0.01 and MinHashConfig(threshold=0.99).layout()
+    for threshold in (0.0, 1.0, 1.5, -0.5):
+        with pytest.raises(ValueError, match=rf"^threshold must be in \(0, 1\), got {threshold}$"):
+            MinHashConfig(threshold=threshold)
+    for name in ("num_perm", "bands", "rows", "ngram", "batch_size", "salts", "max_rounds", "hot_degree"):
+        ones = {"num_perm": 1, "bands": 1, "rows": 1, name: 1}
+        assert getattr(MinHashConfig(**ones), name) == 1
+        with pytest.raises(ValueError, match=f"^{name} must be > 0$"):
+            MinHashConfig(**{**ones, name: 0, "threshold": 0.5})
