@@ -356,3 +356,125 @@ def test_corrupt_shard_error_or_skip(tmp_path, s3_env):
                                   buffer_shards=1, prefetch_depth=0))
     want = [w for w, (_, group, _) in zip(intact, plan) if group != bad]
     assert 0 < len(got) < len(plan) and got == want
+
+
+def test_the_loader_logs_its_counters_every_log_every_batches(tmp_path, caplog):
+    """Every ``log_every`` batches one line with the loader's and the cache's counters."""
+    import logging
+
+    index = make_dataset(tmp_path / "d")
+    ds = TokenDataset([Source(index)], seq_len=16, batch_size=2, seed=1)
+    n = len(ds)
+    loader = TokenLoader(ds, log_every=n // 2)
+    with caplog.at_level(logging.INFO, logger="storage.loader"):
+        batches = list(loader)
+    lines = [r.getMessage() for r in caplog.records if r.name == "storage.loader"]
+    assert len(batches) == n and len(lines) == n // (n // 2) and n % 2 == 0
+    s, c = loader.stats, ds.cache.stats
+    assert (s.batches, s.tokens) == (n, n * 2 * 17) and ds.bytes_per_token == 2
+    assert lines[-1] == (f"loader: {n} batches, {n * 34} tokens, data-wait {100 * s.data_wait_fraction:.2f}%, "
+                         f"first batch {s.first_batch_s:.3f}s, cache hit rate {c.hit_rate:.2f}, "
+                         f"{c.bytes_fetched / 1e6:.1f} MB fetched for {n * 34 * 2 / 1e6:.1f} MB consumed")
+    assert lines[0].startswith(f"loader: {n // 2} batches, {n // 2 * 34} tokens, ")
+
+
+def test_a_state_of_another_seed_is_refused_and_one_without_a_seed_is_read(tmp_path):
+    index = make_dataset(tmp_path / "d")
+    ds = TokenDataset([Source(index)], seq_len=16, batch_size=3, seed=5)
+    assert TokenLoader(ds).state_dict() == {"epoch": 0, "batches": 0, "seed": 5}
+    with pytest.raises(ValueError, match="^state is for seed 6, this dataset uses 5$"):
+        ds.load_state_dict({"epoch": 0, "batches": 2, "seed": 6})
+    ds.load_state_dict({"epoch": 1, "batches": 2})  # a state written before states had a seed
+    assert (ds.epoch, ds.start_batch) == (1, 2)
+
+
+def test_document_windows_start_every_seq_len_tokens_of_a_document(tmp_path):
+    """Document packing, documents of 1 to 40 tokens: a document of L tokens gives
+    ceil((L - 1) / seq_len) windows starting at 0, seq_len, 2 seq_len... of it (a
+    1-token document none), with position_ids counting from the document's start and
+    int64 tokens."""
+    root = tmp_path / "d"
+    root.mkdir()
+    lengths = [1, 2, 8, 9, 10, 17, 40, 1, 3]
+    next_token, docs = 1, []
+    for n in lengths:
+        docs.append(np.arange(next_token, next_token + n, dtype=np.uint32))
+        next_token += n
+    data, d, t, sha = encode_shard(docs, np.dtype(np.uint32))
+    (root / "s.tfs").write_bytes(data)
+    (root / "index.json").write_text(json.dumps({"version": "v1", "shards": [
+        {"name": "s.tfs", "num_docs": d, "num_tokens": t, "num_bytes": len(data), "sha256": sha}]}))
+    seq = 8
+    ds = TokenDataset([Source(str(root / "index.json"))], seq_len=seq, batch_size=1, pack="document")
+    starts = {int(doc[0]): len(doc) for doc in docs}
+    got = []
+    for batch in ds:
+        assert batch["tokens"].dtype == torch.int64 and batch["position_ids"].dtype == torch.int64
+        tokens, positions, mask = batch["tokens"][0], batch["position_ids"][0], batch["mask"][0]
+        assert torch.equal(positions, positions[0] + torch.arange(seq + 1)) and int(positions[0]) % seq == 0
+        first = int(tokens[0]) - int(positions[0])  # the document's first token id
+        real = tokens[mask]
+        assert torch.equal(real, torch.arange(int(tokens[0]), int(tokens[0]) + len(real)))
+        assert int(real[-1]) < first + starts[first]  # inside the document
+        got.append((first, int(positions[0])))
+    want = sorted((int(doc[0]), s) for doc in docs for s in range(0, max(len(doc) - 1, 0), seq))
+    assert sorted(got) == want and len(want) == sum(-(-(n - 1) // seq) for n in lengths)
+
+
+def test_a_dropped_group_in_document_packing_and_pins_released(tmp_path, caplog):
+    """Document packing over a shard whose document index is damaged: ``error`` raises
+    naming it; ``skip`` drops exactly its group's windows, logs it, yields empty
+    batches of the right shape where a batch had only its windows, and leaves no shard
+    pinned at the end (a dropped group among those still held)."""
+    import logging
+
+    from storage.shards import ShardError
+    from tests.storage.datasets import damage
+
+    make_dataset(tmp_path / "d")
+    index = str(tmp_path / "d" / "index.json")
+    damage("truncated", tmp_path / "d" / "shard-00002.tfs", index)
+    options = dict(seq_len=16, batch_size=2, buffer_shards=1, prefetch_depth=0, pack="document", seed=3)
+    with pytest.raises(ShardError, match="shard-00002.tfs"):
+        list(TokenDataset([Source(index)], cache=ShardCache(hot_dir=str(tmp_path / "h1")), **options))
+    cache = ShardCache(hot_dir=str(tmp_path / "h2"))
+    lenient = TokenDataset([Source(index)], cache=cache, on_corrupt="skip", **options)
+    with caplog.at_level(logging.ERROR, logger="storage.loader"):
+        batches = list(lenient)
+    assert lenient.corrupt_shards == {"shard-00002.tfs"}
+    assert [r.getMessage().split(": ")[0] for r in caplog.records if r.name == "storage.loader"][:1] == \
+        ["skipping the windows of shards shard-00002.tfs"]
+    assert not any(cache._pins.values())
+    shapes = {tuple(b["tokens"].shape) for b in batches}
+    assert all(b["tokens"].dtype == torch.int64 and b["mask"].dtype == torch.bool for b in batches)
+    assert shapes <= {(0, 17), (1, 17), (2, 17)}
+    bad = next(g for g, group in enumerate(lenient.groups(0)[0]) if "shard-00002.tfs" in group.shards)
+    assert lenient._doc_windows(lenient.groups(0)[0][bad]) == []
+
+
+def test_concat_skip_releases_every_pin_and_batches_are_int64(tmp_path):
+    from tests.storage.datasets import damage
+
+    make_dataset(tmp_path / "d")
+    index = str(tmp_path / "d" / "index.json")
+    damage("payload byte", tmp_path / "d" / "shard-00001.tfs", index)
+    cache = ShardCache(hot_dir=str(tmp_path / "h"))
+    ds = TokenDataset([Source(index)], seq_len=16, batch_size=2, buffer_shards=1, prefetch_depth=0,
+                      cache=cache, on_corrupt="skip", seed=1)
+    groups = ds.groups(0)[0]
+    assert "shard-00001.tfs" not in groups[-1].shards  # the dropped group is not the last one read
+    batches = list(ds)
+    assert batches and all(b["tokens"].dtype == torch.int64 for b in batches)
+    assert ds.corrupt_shards == {"shard-00001.tfs"} and not any(cache._pins.values())
+
+
+def test_the_prefetcher_is_handed_the_next_prefetch_depth_shards(tmp_path, monkeypatch):
+    from storage.prefetch import Prefetcher
+
+    index = make_dataset(tmp_path / "d", shards=6)
+    handed: list[list[str]] = []
+    monkeypatch.setattr(Prefetcher, "ahead", lambda self, names: handed.append(list(names)))
+    ds = TokenDataset([Source(index)], seq_len=16, batch_size=2, buffer_shards=1, prefetch_depth=3, seed=2)
+    list(ds)
+    order = [g.shards[0] for g in ds.groups(0)[0]]
+    assert handed == [order[i + 1:i + 4] for i in range(len(order))]
