@@ -52,7 +52,8 @@ HARD_TEXTS = ["", " ", "\x00", "a", "a b", "x\x00y z w v u t", "ΣΑΣ ΣΑΣ. �
               "😀 😀 a b c d e f g", "\ud800 lone surrogate a b c d e", "ＡＢＣ！ＤＥＦ　ｇｈｉ a b c d",
               "¡hola! «quote» ¿qué? 1·2 a–b—c “d” ‘e’ … 、。「東京」 ＃１", "...!!!", "ÀÉÎÕÜ Ÿ Ǆ ǅ ǆ a b c",
               "tab\tnew\nline\rcarriage\x0bvt\x0cff a b",
-              "\U00010400\U00010401 DESERET \U00010428 \U0001e900\U0001e922 \U000104b0 \u2c00 a b c d"]
+              "\U00010400\U00010401 DESERET \U00010428 w x y z", "\U0001e900\U0001e922 adlam a b c d e",
+              "osage \U000104b0\U000104b1 q r s t", "\U00010400hello world a b c", "\u2c00\u2c01 glagolitic a b c"]  # 4- and 3-byte letters that lower
 
 
 @pytest.mark.parametrize("compat", [False, True])
@@ -419,11 +420,13 @@ def test_bucket_edges_connect_everything_with_components():
         key, node = _salted((b"bucket", n), 8)
         groups.setdefault(key, []).append(node)
     mins = []
+    assert len(groups) <= 8 and all(isinstance(salt, int) and 0 <= salt < 8 for _, salt in groups)
     for key, members in groups.items():
         for out in _link_to_min((key, members)):
             if isinstance(out, tuple):
                 edges.append(out)
-            else:
+            else:  # the sub-bucket's minimum, under the bucket's own key for the second grouping
+                assert out.tag == "min" and out.value == (b"bucket", min(members))
                 mins.append(out.value[1])
     edges += [e for e in _link_to_min((b"bucket", mins)) if isinstance(e, tuple)]
     roots = components_in_memory(edges)
@@ -686,3 +689,14 @@ def test_configs_refuse_each_bad_value_alone():
         assert getattr(MinHashConfig(**ones), name) == 1
         with pytest.raises(ValueError, match=f"^{name} must be > 0$"):
             MinHashConfig(**{**ones, name: 0, "threshold": 0.5})
+
+
+def test_star_step_refuses_bad_settings():
+    from transforms.dedup.components import StarRound, StarStep
+
+    StarStep("large", hot_degree=1, sample_every=1), StarStep("small"), StarRound(hot_degree=1, sample_every=1)
+    for args, got in [(("medium",), "'medium', 10000, 64"), (("large", 0), "'large', 0, 64"),
+                      (("small", 10, 0), "'small', 10, 0")]:
+        with pytest.raises(ValueError, match=r"^StarStep\(kind large\|small, hot_degree >= 1, sample_every >= 1\), "
+                                             rf"got {got}$"):
+            StarStep(*args)
