@@ -478,3 +478,51 @@ def test_the_prefetcher_is_handed_the_next_prefetch_depth_shards(tmp_path, monke
     list(ds)
     order = [g.shards[0] for g in ds.groups(0)[0]]
     assert handed == [order[i + 1:i + 4] for i in range(len(order))]
+
+
+def test_each_dataset_argument_is_checked_alone(tmp_path):
+    index = make_dataset(tmp_path / "d")
+    ok = dict(seq_len=1, batch_size=1, buffer_shards=1)
+    assert TokenDataset([Source(index)], **ok).seq_len == 1
+    for name in ok:
+        with pytest.raises(ValueError, match="^seq_len, batch_size and buffer_shards must be > 0$"):
+            TokenDataset([Source(index)], **{**ok, name: 0})
+    with pytest.raises(ValueError, match="^pack must be concat or document, got 'x'$"):
+        TokenDataset([Source(index)], seq_len=4, batch_size=1, pack="x")
+    with pytest.raises(ValueError, match="^on_corrupt must be error or skip, got 'x'$"):
+        TokenDataset([Source(index)], seq_len=4, batch_size=1, on_corrupt="x")
+    for rank, world in ((3, 3), (-1, 3)):
+        with pytest.raises(ValueError, match=f"^rank {rank} outside world size {world}$"):
+            TokenDataset([Source(index)], seq_len=4, batch_size=1, rank=rank, world_size=world)
+    lone = TokenDataset([Source(index)], seq_len=4, batch_size=1, rank=None, world_size=3)
+    assert (lone.rank, lone.world_size) == (0, 1)  # both or neither: not distributed, one rank
+    assert (lone.buffer_shards, lone.prefetch_depth) == (4, 4)  # the documented defaults
+
+
+def test_bytes_per_token_follow_the_index_dtype(tmp_path):
+    from tests.storage.datasets import make_version
+
+    wide = make_version(tmp_path / "a", extra={"dtype": "uint32"})
+    narrow = make_version(tmp_path / "b", extra={"dtype": "uint16"}, dtype=np.dtype(np.uint16))
+    assert TokenDataset([Source(wide)], seq_len=4, batch_size=1).bytes_per_token == 4
+    assert TokenDataset([Source(narrow)], seq_len=4, batch_size=1).bytes_per_token == 2
+    assert TokenDataset([Source(narrow), Source(wide)], seq_len=4, batch_size=1).bytes_per_token == 4
+
+
+def test_loader_options_pass_through_and_its_stats_add_up(tmp_path):
+    """``log_every`` is the loader's, every other option the DataLoader's; the stats are
+    consistent: the first batch apart, waits inside the time between requests."""
+    import time
+
+    index = make_dataset(tmp_path / "d")
+    ds = TokenDataset([Source(index)], seq_len=16, batch_size=2, seed=1)
+    assert TokenLoader(ds).log_every == 1000
+    loader = TokenLoader(ds, num_workers=2, log_every=7)
+    assert loader.num_workers == 2 and loader.log_every == 7
+    t0 = time.perf_counter()
+    n = sum(1 for _ in loader)
+    elapsed = time.perf_counter() - t0
+    s = loader.stats
+    assert n == s.batches == len(ds) > 2 and s.tokens == n * 2 * 17
+    assert 0 < s.first_batch_s < elapsed and 0 < s.total_s < elapsed
+    assert 0 <= s.max_wait_s <= s.wait_s <= s.total_s and 0 <= s.data_wait_fraction <= 1
