@@ -700,3 +700,30 @@ def test_star_step_refuses_bad_settings():
         with pytest.raises(ValueError, match=r"^StarStep\(kind large\|small, hot_degree >= 1, sample_every >= 1\), "
                                              rf"got {got}$"):
             StarStep(*args)
+
+
+def _one_round_in_memory(edges: list[tuple[str, str]]) -> set[tuple[str, str]]:
+    """One large-star + small-star round, as ``components_in_memory`` runs it."""
+    grouped: dict = {}
+    for a, b in edges:
+        grouped.setdefault(a, set()).add(b)
+        grouped.setdefault(b, set()).add(a)
+    large = {e for u, n in grouped.items() for e in large_star(u, n)}
+    smaller: dict = {}
+    for a, b in large:
+        hi, lo = (a, b) if a > b else (b, a)
+        smaller.setdefault(hi, set()).add(lo)
+    return {e for u, n in smaller.items() for e in small_star(u, n)}
+
+
+@pytest.mark.parametrize("hot", [{}, {"hot_degree": 2, "sample_every": 1}, {"hot_degree": 3, "sample_every": 2}],
+                         ids=["plain", "all-hot", "sampled"])
+def test_one_star_round_in_beam_is_the_in_memory_round(beam_options, hot):
+    """One ``StarRound`` pipeline (the fast stand-in for the rounds to convergence): the
+    same edges as the in-memory round, with hot nodes split or not."""
+    edges = sorted({(f"n{a:04d}", f"n{b:04d}") for _, g, _ in graphs()[1:5:3] for a, b in g})
+    want = sorted(_one_round_in_memory(edges))
+    assert want != sorted(edges)
+    with TestPipeline(options=beam_options) as p:
+        out = p | beam.Create(edges) | StarRound(**hot)
+        assert_that(out, equal_to(want))
