@@ -526,3 +526,21 @@ def test_loader_options_pass_through_and_its_stats_add_up(tmp_path):
     assert n == s.batches == len(ds) > 2 and s.tokens == n * 2 * 17
     assert 0 < s.first_batch_s < elapsed and 0 < s.total_s < elapsed
     assert 0 <= s.max_wait_s <= s.wait_s <= s.total_s and 0 <= s.data_wait_fraction <= 1
+
+
+def test_every_rank_plans_the_same_number_of_samples(tmp_path):
+    index = make_dataset(tmp_path / "d")
+    everything = TokenDataset([Source(index)], seq_len=16, batch_size=1, seed=4).plan_rows(0)
+    for world in (2, 3, 4, 5, 7):
+        plans = [TokenDataset([Source(index)], seq_len=16, batch_size=1, seed=4, rank=r, world_size=world).plan_rows(0)
+                 for r in range(world)]
+        assert [len(p) for p in plans] == [len(everything) // world] * world, world
+    assert any(len(everything) % world for world in (2, 3, 4, 5, 7))  # some remainder was dropped
+
+
+def test_a_version_without_shards_plans_nothing(tmp_path):
+    root = tmp_path / "empty"
+    root.mkdir()
+    (root / "index.json").write_text(json.dumps({"version": "v1", "shards": []}))
+    ds = TokenDataset([Source(str(root / "index.json"))], seq_len=16, batch_size=1)
+    assert len(ds.plan_rows(0)) == 0 and len(ds) == 0 and list(ds) == []
