@@ -544,3 +544,37 @@ def test_a_version_without_shards_plans_nothing(tmp_path):
     (root / "index.json").write_text(json.dumps({"version": "v1", "shards": []}))
     ds = TokenDataset([Source(str(root / "index.json"))], seq_len=16, batch_size=1)
     assert len(ds.plan_rows(0)) == 0 and len(ds) == 0 and list(ds) == []
+
+
+def test_empty_document_batches_and_skip_messages(tmp_path, caplog):
+    """A payload damaged (found when the group is read, after planning): in document
+    packing the batches made only of its windows come out empty but shaped; the log
+    names every shard of the dropped group and the damage."""
+    import logging
+
+    from tests.storage.datasets import damage
+
+    make_dataset(tmp_path / "d")
+    index = str(tmp_path / "d" / "index.json")
+    damage("payload byte", tmp_path / "d" / "shard-00003.tfs", index)
+    ds = TokenDataset([Source(index)], seq_len=16, batch_size=1, buffer_shards=2, prefetch_depth=0,
+                      pack="document", on_corrupt="skip", cache=ShardCache(hot_dir=str(tmp_path / "h")))
+    with caplog.at_level(logging.ERROR, logger="storage.loader"):
+        batches = list(ds)
+    empty = [b for b in batches if len(b["tokens"]) == 0]
+    assert empty and len(empty) < len(batches)
+    for b in empty:
+        assert set(b) == {"tokens", "position_ids", "mask"}
+        assert [tuple(b[k].shape) for k in ("tokens", "position_ids", "mask")] == [(0, 17)] * 3
+        assert (b["tokens"].dtype, b["position_ids"].dtype, b["mask"].dtype) == (torch.int64, torch.int64, torch.bool)
+    group = next(g for g in ds.groups(0)[0] if "shard-00003.tfs" in g.shards)
+    (message,) = [r.getMessage() for r in caplog.records if r.name == "storage.loader"]
+    assert message.startswith(f"skipping the windows of shards {', '.join(group.shards)}: shard-00003.tfs")
+    assert "checksum mismatch" in message and len(group.shards) == 2
+
+
+def test_a_loader_state_loaded_is_the_state_it_reports(tmp_path):
+    index = make_dataset(tmp_path / "d")
+    loader = TokenLoader(TokenDataset([Source(index)], seq_len=16, batch_size=2, seed=5))
+    loader.load_state_dict({"epoch": 1, "batches": 2, "seed": 5})
+    assert loader.state_dict() == {"epoch": 1, "batches": 2, "seed": 5}
