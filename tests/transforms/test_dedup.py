@@ -720,10 +720,18 @@ def _one_round_in_memory(edges: list[tuple[str, str]]) -> set[tuple[str, str]]:
                          ids=["plain", "all-hot", "sampled"])
 def test_one_star_round_in_beam_is_the_in_memory_round(beam_options, hot):
     """One ``StarRound`` pipeline (the fast stand-in for the rounds to convergence): the
-    same edges as the in-memory round, with hot nodes split or not."""
+    same edges as the in-memory round, with hot nodes split or not; split, no star group
+    holds the 29 neighbours of the stars graph's centre (``star_group_size``)."""
+    from apache_beam.metrics.metric import MetricsFilter
+
     edges = sorted({(f"n{a:04d}", f"n{b:04d}") for _, g, _ in graphs()[1:5:3] for a, b in g})
     want = sorted(_one_round_in_memory(edges))
     assert want != sorted(edges)
-    with TestPipeline(options=beam_options) as p:
-        out = p | beam.Create(edges) | StarRound(**hot)
-        assert_that(out, equal_to(want))
+    p = TestPipeline(options=beam_options)
+    out = p | beam.Create(edges) | StarRound(**hot)
+    assert_that(out, equal_to(want))
+    result = p.run()
+    result.wait_until_finish()
+    sizes = result.metrics().query(MetricsFilter().with_namespace("dedup_edges").with_name("star_group_size"))
+    largest = max(d.committed.max for d in sizes["distributions"])
+    assert largest >= 29 if not hot else largest <= 12, largest
