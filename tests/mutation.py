@@ -164,12 +164,51 @@ def report(name: str, work: Path, target: Target) -> str:
     return "\n".join(lines)
 
 
+_RECHECK = """
+import os, signal, sys
+import pytest
+from mutmut.mutation.trampoline import set_mutant_under_test
+
+timeout, args, mutants = int(sys.argv[1]), sys.argv[2].split("\\x1f"), sys.argv[3:]
+pytest.main(["--collect-only", "-q", *args])  # imports once, before the forks
+for name in mutants:
+    pid = os.fork()
+    if pid == 0:
+        signal.alarm(timeout)  # a mutant that loops ends here
+        set_mutant_under_test(name)
+        os._exit(int(pytest.main(["-x", "-q", *args])))
+    _, status = os.waitpid(pid, 0)
+    code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else -os.WTERMSIG(status)
+    print("\\x00RECHECK", name, "survived" if code == 0 else "no tests" if code == 5 else "killed", flush=True)
+"""
+
+
+def recheck(name: str, work: Path, target: Target, timeout: int = 120) -> dict[str, str]:
+    """The mutants the last run of ``name`` did not kill, each run again against the test
+    files as they are now (copied into ``mutants/``), in a forked child per mutant: how
+    the new tests of an entry are measured without a full run."""
+    for test in target.tests:
+        shutil.copy(ROOT / test, work / "mutants" / test)
+    status = statuses(work)
+    todo = sorted(m for m, state in status.items() if state != "killed")
+    select = SELECT if not target.skip else ["-m", SELECT[1], "-k", f"not ({target.skip})"]
+    args = ["-p", "no:cacheprovider", *select, *target.tests]
+    env = {**os.environ, "PYTHONPATH": f".{os.pathsep}{LIB}", "TOKENFACTORY_SHARED_DATA": os.environ.get(
+        "TOKENFACTORY_SHARED_DATA", str(ROOT.parent / "shared" / "data"))}
+    out = subprocess.run([sys.executable, "-c", _RECHECK, str(timeout), "\x1f".join(args), *todo],
+                         cwd=work / "mutants", env=env, text=True, check=False, capture_output=True).stdout
+    found = dict(part.splitlines()[0].split(" ", 1) for part in out.split("\x00RECHECK ")[1:])
+    return {m: found.get(m, "not run") for m in todo}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("names", nargs="*", help=f"entries of MODULES (default all): {', '.join(MODULES)}")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 2, help="mutants tested at once")
     parser.add_argument("--report-only", action="store_true",
                         help="no run: write report.md again from each entry's last run")
+    parser.add_argument("--recheck", action="store_true",
+                        help="no run: the mutants the last run did not kill, against the tests as they are now")
     args = parser.parse_args(argv)
     unknown = [n for n in args.names if n not in MODULES]
     if unknown:
@@ -177,6 +216,13 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.names or list(MODULES):
         target = MODULES[name]
         work = prepare(name, target)
+        if args.recheck:
+            results = recheck(name, work, target)
+            for mutant, verdict in results.items():
+                print(f"{mutant}: {verdict}")
+            killed = sum(v == "killed" for v in results.values())
+            print(f"{name}: {killed} of the {len(results)} mutants the last run left are killed now")
+            continue
         if not args.report_only:
             shutil.rmtree(work / "mutants", ignore_errors=True)
             run = mutmut(work, ["run", "--max-children", str(args.jobs)])
