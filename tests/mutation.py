@@ -3,6 +3,8 @@
 ``python -m tests.mutation [NAME ...]`` runs mutmut 3.8 over each named entry of ``MODULES``
 (all of them by default) against that entry's own fast test files, and prints mutants,
 killed, survived and the diff of every survivor (kept in ``.mutation/NAME/report.md``).
+``--report-only`` writes the report again from the last run; ``--recheck`` runs the
+mutants the last run left against the test files as they are now.
 
 mutmut is not a dependency of the project: the Makefile installs it, with only the
 packages .venv lacks (``--no-deps``, pinned), into ``MUTMUT_LIB`` (``--target``), and this
