@@ -1,6 +1,7 @@
 """Whole pipeline, documents/s per core: ours vs datatrove doing the same steps on the same WARC files.
 
     .bench-venv/bin/python -m benchmarks.bench_pipeline [--copies 20] [--rounds 2] [--skip-demo]
+        [--variants same,cascade] [--stage-cpu]
 
 (``make bench-env`` creates .bench-venv: datatrove 0.10.1, spaCy, this project.)
 
@@ -21,6 +22,20 @@ MinHash near-dedup (5-word shingles, 14 bands x 8 rows), tokenization with the M
 tokenizer (sentencepiece on our side; its HF ``tokenizers`` conversion, same ids, on
 datatrove's) into shuffled token files. Ours also runs exact URL dedup (see ``job_config``).
 
+Variants (``--variants``), each an end-to-end pair of runs, so that framework cost and
+algorithm choice are separate rows:
+
+* ``same``: the same extractor on both sides, trafilatura with the same options (``fast``,
+  no comments, no favour_precision, no deduplication; ours ``extract.method: trafilatura``,
+  datatrove's ``Trafilatura(favour_precision=False, fast=True)``), and language ID over the
+  whole text on both (ours ``langid.max_chars`` 10M, one window, as datatrove's
+  ``LanguageFilter`` reads it): the frameworks' own cost.
+* ``cascade``: ours' default extractor (``cascade``) against datatrove's trafilatura in the
+  same fast mode, language ID as in ``same``: what the extraction algorithm buys.
+* ``defaults``: each side's defaults (ours ``cascade`` with language ID over up to 8
+  windows of 1,000 characters; datatrove's ``Trafilatura`` with favour_precision, whole-text
+  language ID): the earlier figure.
+
 (a) Per stage, in this process, the pure work of each side on the same inputs (one copy;
 post-extraction rows: every document our extraction kept, same texts to both sides); CPU
 time, best of ``--rounds + 1`` interleaved rounds.
@@ -31,6 +46,9 @@ each, interleaved, best of ``--rounds``; on ``warc`` also on one copy, which giv
 fixed start-up and the marginal rate. Per core = CPU seconds (user + system) of the whole
 process tree, from ``wait4``; docs in = WARC document records (the same number for both
 sides).
+(c) ``--stage-cpu``: where ours' CPU goes in the first variant on ``warc``: each stage
+rerun alone in its own process (``--stages S --force --no-report``), CPU of its process
+tree, beside a process that only imports and parses (``pipelines.run --help``).
 """
 
 from __future__ import annotations
@@ -70,6 +88,45 @@ class Steps:
 FULL = Steps()
 # configs/demo.yaml's choice: API reference pages are not prose (the full set keeps ~0 of them)
 DEMO = Steps(lang_threshold=0.5, families=("gopher_repetition",))
+LID_WHOLE_TEXT = 10_000_000  # langid.max_chars that reads a whole page, as datatrove's LanguageFilter
+
+
+@dataclass(frozen=True)
+class Variant:
+    """What each side extracts with, and how much of a text ours' language ID reads."""
+
+    name: str
+    description: str
+    ours_method: str  # extract.method
+    ours_lid_whole_text: bool  # one window of LID_WHOLE_TEXT characters; False: the config's default
+    dt_favour_precision: bool  # datatrove's Trafilatura(favour_precision=...)
+    dt_fast: bool  # passed on to trafilatura.extract (our trafilatura method passes fast=True)
+    extract_row: str  # the (a) rows of this variant's extraction and language ID
+    lid_row: str
+
+    def langid(self) -> dict[str, int]:
+        return {"max_chars": LID_WHOLE_TEXT, "max_windows": 1} if self.ours_lid_whole_text else {}
+
+    def dt_extractor(self) -> dict[str, Any]:
+        return {"favour_precision": self.dt_favour_precision, "deduplicate": False, "timeout": 10,
+                **({"fast": True} if self.dt_fast else {})}
+
+
+EXTRACT_SAME = "extract HTML: trafilatura fast on both"
+EXTRACT_CASCADE_FAST = "extract HTML: ours cascade / datatrove trafilatura fast"
+EXTRACT_DEFAULTS = "extract HTML: ours cascade / datatrove trafilatura favour_precision"
+LID_WHOLE = "language ID: whole text on both"
+LID_DEFAULTS = "language ID: ours 8 x 1,000 chars / datatrove whole text"
+VARIANTS = {v.name: v for v in (
+    Variant("same", "same extractor (trafilatura fast, no comments) and whole-text language ID on both sides: "
+                    "the frameworks' own cost", "trafilatura", True, False, True, EXTRACT_SAME, LID_WHOLE),
+    Variant("cascade", "ours cascade vs datatrove's trafilatura fast, whole-text language ID on both: "
+                       "the extraction algorithm's choice", "cascade", True, False, True, EXTRACT_CASCADE_FAST,
+            LID_WHOLE),
+    Variant("defaults", "each side's defaults: ours cascade, language ID over up to 8 x 1,000 characters; "
+                        "datatrove trafilatura favour_precision, whole-text language ID", "cascade", False, True,
+            False, EXTRACT_DEFAULTS, LID_DEFAULTS),
+)}
 _RECORD_ID = re.compile(rb"(WARC-Record-ID: <urn:uuid:)([0-9a-fA-F-]{36})")
 _TARGET_URI = re.compile(rb"(WARC-Target-URI: <?)([^\s>]+)")
 
@@ -135,16 +192,18 @@ def crawl_demo(dest: Path, work: Path) -> list[Path]:
     return files
 
 
-def job_config(output: str, warc_glob: str, steps: Steps = FULL, lid_model: str = str(LID_MODEL),
-               tokenizer_model: str = str(SPM_MODEL)) -> dict[str, Any]:
+def job_config(output: str, warc_glob: str, steps: Steps = FULL, variant: Variant = VARIANTS["same"],
+               lid_model: str = str(LID_MODEL), tokenizer_model: str = str(SPM_MODEL)) -> dict[str, Any]:
     """Our job for the comparison: datatrove's steps and nothing else (no PII redaction,
-    no anomaly or quality model, the given tokenizer: no training) plus exact URL dedup."""
+    no anomaly or quality model, the given tokenizer: no training) plus exact URL dedup;
+    the extractor and language-ID reach of ``variant``."""
     return {
         "output": output,
         "stages": ["extract", "clean", "dedup_exact", "dedup_minhash", "tokenize"],
         "inputs": [{"format": "warc", "path": warc_glob}],
-        "extract": {"method": "cascade", "timeout_s": 10, "min_chars": 1},
-        "clean": {"langid": {"model": lid_model, "languages": ["en"], "threshold": steps.lang_threshold},
+        "extract": {"method": variant.ours_method, "timeout_s": 10, "min_chars": 1},
+        "clean": {"langid": {"model": lid_model, "languages": ["en"], "threshold": steps.lang_threshold,
+                             **variant.langid()},
                   "rules": {"families": list(steps.families)}, "rules_languages": ["en"], "redact_pii": False},
         # Exact dedup with both rules off fails to build (ExactDedup applies beam.Create to a
         # PCollection), and dedup_minhash reads dedup_exact's output: the URL rule (the
@@ -282,9 +341,12 @@ def stage_functions(files: list[Path], tmp: Path, tokenizer_json: Path,
     records, pages = ours_read(), dt_read()
     config = ExtractConfig(method="cascade", min_chars=1)
     texts = [d.text for d in (extract_record(r, config) for r in records) if isinstance(d, Doc)]
-    trafilatura = Trafilatura(deduplicate=False, timeout=10)
+    trafilatura = Trafilatura(**VARIANTS["defaults"].dt_extractor())
+    trafilatura_fast = Trafilatura(**VARIANTS["same"].dt_extractor())
+    same_config = ExtractConfig(method="trafilatura", min_chars=1)
 
-    lid = LanguageIdentifier.load(str(LID_MODEL), 1000)
+    lid = LanguageIdentifier.load(str(LID_MODEL), 1000, 8)  # the clean stage's default reach
+    lid_whole = LanguageIdentifier.load(str(LID_MODEL), LID_WHOLE_TEXT, 1)
     language_filter = LanguageFilter(languages=["en"], language_threshold=steps.lang_threshold)
     language_filter.model.MODEL_URL = str(LID_MODEL)  # copied, not downloaded (PEERS.md)
     language_filter.filter(Document(text="warm up", id="0"))
@@ -308,12 +370,19 @@ def stage_functions(files: list[Path], tmp: Path, tokenizer_json: Path,
     def dt_tokenize() -> int:
         return len([struct.pack(f"<{len(e.ids)}H", *e.ids) for e in hf.encode_batch(texts)])
 
+    def dt_lid() -> list[bool]:
+        return [language_filter.filter(Document(text=t, id=str(i))) for i, t in enumerate(texts)]
+
     functions = {
         "read WARC": (ours_read, dt_read),
-        "extract HTML": (lambda: [extract_record(r, config) for r in records],
-                         lambda: [trafilatura.extract(p["text"]) for p in pages]),
-        "language ID": (lambda: [lid.predict(b) for b in batches],
-                        lambda: [language_filter.filter(Document(text=t, id=str(i))) for i, t in enumerate(texts)]),
+        EXTRACT_SAME: (lambda: [extract_record(r, same_config) for r in records],
+                       lambda: [trafilatura_fast.extract(p["text"]) for p in pages]),
+        EXTRACT_CASCADE_FAST: (lambda: [extract_record(r, config) for r in records],
+                               lambda: [trafilatura_fast.extract(p["text"]) for p in pages]),
+        EXTRACT_DEFAULTS: (lambda: [extract_record(r, config) for r in records],
+                           lambda: [trafilatura.extract(p["text"]) for p in pages]),
+        LID_WHOLE: (lambda: [lid_whole.identify(b) for b in batches], dt_lid),
+        LID_DEFAULTS: (lambda: [lid.identify(b) for b in batches], dt_lid),
         "quality rules": (lambda: [first_failure(compute_signals(t), rules) for t in texts],
                           lambda: _filter_chain(chain, texts)),
         "MinHash signatures": (lambda: [band_keys(s, 14, 8) for b in batches for s in hasher.signatures(b)],
@@ -356,14 +425,22 @@ def run_tree(args: list[str]) -> dict[str, float]:
     return {"wall": wall, "cpu": usage.ru_utime + usage.ru_stime}
 
 
-def ours_end_to_end(input_dir: Path, work: Path, steps: Steps) -> dict[str, Any]:
+OURS_STAGES = ("extract", "clean", "dedup_exact", "dedup_minhash", "tokenize")
+
+
+def _ours_command(config: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "pipelines.run", "--config", str(config), "--force", "--no-progress",
+            "--log-level", "WARNING", *extra]
+
+
+def ours_end_to_end(input_dir: Path, work: Path, steps: Steps, variant: Variant) -> dict[str, Any]:
     output = work / "ours"
     if output.exists():
         shutil.rmtree(output)
     work.mkdir(parents=True, exist_ok=True)
-    config = write_job_config(work / "ours.yaml", job_config(str(output), str(input_dir / "*.warc.gz"), steps))
-    times = run_tree([sys.executable, "-m", "pipelines.run", "--config", str(config), "--force",
-                      "--no-progress", "--log-level", "WARNING"])
+    config = write_job_config(work / "ours.yaml",
+                              job_config(str(output), str(input_dir / "*.warc.gz"), steps, variant))
+    times = run_tree(_ours_command(config))
     stages = {}
     for stage in ("extract", "clean", "dedup_exact", "dedup_minhash", "tokenize"):
         m = json.loads((output / "manifests" / f"{stage}.json").read_text())
@@ -371,14 +448,25 @@ def ours_end_to_end(input_dir: Path, work: Path, steps: Steps) -> dict[str, Any]
         stages[stage] = {"in": c["records_in"], "out": c["out"], "seconds": m["extra"]["seconds"]}
     index = next((output / "tokens").glob("*/index.json"))
     stages["tokenize"]["out"] = json.loads(index.read_text())["num_docs"]
-    return {**times, "stages": stages}
+    return {**times, "stages": stages, "config": str(config)}
+
+
+def ours_stage_cpu(config: Path) -> dict[str, float]:
+    """CPU seconds of ours' process tree per stage, each stage rerun alone over the outputs
+    of the run that wrote ``config`` (``--no-report``), and of a process that imports
+    ``pipelines.run`` and parses its arguments only (``start-up``)."""
+    out = {"start-up": run_tree([sys.executable, "-m", "pipelines.run", "--help"])["cpu"]}
+    for stage in OURS_STAGES:
+        out[stage] = run_tree(_ours_command(config, "--stages", stage, "--no-report"))["cpu"]
+    out["whole run, --no-report"] = run_tree(_ours_command(config, "--no-report"))["cpu"]
+    return out
 
 
 def _total(value: Any) -> float:
     return float(value["total"] if isinstance(value, dict) else value or 0)
 
 
-def datatrove_job(spec: dict[str, str]) -> None:
+def datatrove_job(spec: dict[str, Any]) -> None:
     """Runs in its own process (``--datatrove-job``): the same steps as ours, datatrove's way."""
     from datatrove.executor import LocalPipelineExecutor
     from datatrove.pipeline.dedup.minhash import (MinhashConfig, MinhashDedupBuckets, MinhashDedupCluster,
@@ -396,7 +484,7 @@ def datatrove_job(spec: dict[str, str]) -> None:
     d = {k: str(work / k) for k in ("filtered", "sigs", "buckets", "remove", "tokens")}
     steps = [
         ("extract+clean", [WarcReader(spec["input"], glob_pattern="*.warc.gz"),
-                           Trafilatura(deduplicate=False, timeout=10), language_filter,
+                           Trafilatura(**spec["extractor"]), language_filter,
                            *datatrove_filters(tuple(spec["families"])), JsonlWriter(d["filtered"])], 1),
         ("minhash signatures", [JsonlReader(d["filtered"]), MinhashDedupSignature(d["sigs"], config=cfg)], 1),
         ("minhash buckets", [MinhashDedupBuckets(d["sigs"], d["buckets"], config=cfg)], cfg.num_buckets),
@@ -417,13 +505,15 @@ def datatrove_job(spec: dict[str, str]) -> None:
     (work / "summary.json").write_text(json.dumps(summary))
 
 
-def datatrove_end_to_end(input_dir: Path, work: Path, tokenizer_json: Path, steps: Steps) -> dict[str, Any]:
+def datatrove_end_to_end(input_dir: Path, work: Path, tokenizer_json: Path, steps: Steps,
+                         variant: Variant) -> dict[str, Any]:
     dt = work / "datatrove"
     if dt.exists():
         shutil.rmtree(dt)
     dt.mkdir(parents=True)
     spec = {"input": str(input_dir), "work": str(dt), "lid": str(LID_MODEL), "tokenizer": str(tokenizer_json),
-            "lang_threshold": steps.lang_threshold, "families": list(steps.families)}
+            "lang_threshold": steps.lang_threshold, "families": list(steps.families),
+            "extractor": variant.dt_extractor()}
     times = run_tree([sys.executable, "-m", "benchmarks.bench_pipeline", "--datatrove-job", json.dumps(spec)])
     return {**times, "executors": json.loads((dt / "summary.json").read_text())}
 
@@ -463,14 +553,18 @@ def datatrove_stages(dt: dict[str, Any]) -> dict[str, tuple[float, int, int]]:
     }
 
 
+def _stage_docs(row: str, counts: dict[str, int]) -> int:
+    """Documents an (a) row times: WARC records for reading and extraction, else texts."""
+    return counts["records"] if row == "read WARC" or row.startswith("extract HTML") else counts["extracted"]
+
+
 def pure_cpu(a: dict[str, Any], entering: dict[str, int]) -> float:
     """CPU seconds the (a) rates predict for one side: each stage's cost per document
     times the documents that entered that stage in its end-to-end run."""
     n = a["counts"]
-    per_doc = {name: sec / (n["records"] if name in ("read WARC", "extract HTML") else n["extracted"])
-               for name, sec in a["seconds"].items()}
-    return (entering["extract"] * (per_doc["read WARC"] + per_doc["extract HTML"])
-            + entering["clean"] * per_doc["language ID"]
+    per_doc = {name: sec / _stage_docs(name, n) for name, sec in a["seconds"].items()}
+    return (entering["extract"] * (per_doc["read WARC"] + per_doc[a["extract_row"]])
+            + entering["clean"] * per_doc[a["lid_row"]]
             + entering["rules"] * per_doc["quality rules"]
             + entering["dedup_minhash"] * per_doc["MinHash signatures"]
             + entering["tokenize"] * per_doc["tokenize"])
@@ -487,15 +581,16 @@ def report_per_stage(corpus: str, result: dict[str, Any], steps: Steps) -> list[
              "| stage | docs | ours docs/s per core | datatrove docs/s per core | ours / datatrove |",
              "|---|---|---|---|---|"]
     for name, (ours, dt) in result["seconds"].items():
-        docs = n["records"] if name in ("read WARC", "extract HTML") else n["extracted"]
+        docs = _stage_docs(name, n)
         lines.append(f"| {name} | {docs} | {docs / ours:,.0f} | {docs / dt:,.0f} | {dt / ours:.1f} |")
     return lines
 
 
-def report_end_to_end(corpus: str, ours: dict[str, Any], dt: dict[str, Any],
+def report_end_to_end(corpus: str, variant: Variant, ours: dict[str, Any], dt: dict[str, Any],
                       a: dict[str, Any], small: Optional[tuple[dict[str, Any], dict[str, Any]]]) -> list[str]:
     s, docs_in = ours["stages"], ours["stages"]["extract"]["in"]
-    lines = [f"\n[{corpus}] (b) end to end, {docs_in} WARC document records in, best of rounds "
+    lines = [f"\n[{corpus}] (b) end to end, variant {variant.name!r}: {variant.description}; "
+             f"{docs_in} WARC document records in, best of rounds "
              "(per core: docs in / CPU seconds of the process tree)",
              "| | wall s | CPU s | cores used | docs/s per core |", "|---|---|---|---|---|"]
     for name, run in (("ours: pipelines.run (Beam FnApiRunner)", ours), ("datatrove LocalPipelineExecutor", dt)):
@@ -527,9 +622,10 @@ def report_end_to_end(corpus: str, ours: dict[str, Any], dt: dict[str, Any],
     stages = ("extract", "clean", "dedup_minhash", "tokenize")
     # ours computes every signal of every document it cleans; datatrove's rules see only
     # the documents its language filter kept
-    ours_pure = pure_cpu({"counts": a["counts"], "seconds": {k: v[0] for k, v in a["seconds"].items()}},
+    rows = {"counts": a["counts"], "extract_row": variant.extract_row, "lid_row": variant.lid_row}
+    ours_pure = pure_cpu({**rows, "seconds": {k: v[0] for k, v in a["seconds"].items()}},
                          {**{k: s[k]["in"] for k in stages}, "rules": s["clean"]["in"]})
-    dt_pure = pure_cpu({"counts": a["counts"], "seconds": {k: v[1] for k, v in a["seconds"].items()}},
+    dt_pure = pure_cpu({**rows, "seconds": {k: v[1] for k, v in a["seconds"].items()}},
                        {**{k: dts[k][1] for k in stages}, "rules": _n(_step(dt, "gopher rep")["stats"], "total")})
     lines.append(f"harness (end-to-end CPU minus the (a) work for the documents each stage saw): ours "
                  f"{ours['cpu']:.1f} - {ours_pure:.1f} = {ours['cpu'] - ours_pure:.1f} s; datatrove "
@@ -538,30 +634,66 @@ def report_end_to_end(corpus: str, ours: dict[str, Any], dt: dict[str, Any],
 
 
 def _best_pair(input_dir: Path, work: Path, tokenizer_json: Path, rounds: int,
-               steps: Steps) -> tuple[dict[str, Any], dict[str, Any]]:
+               steps: Steps, variant: Variant) -> tuple[dict[str, Any], dict[str, Any]]:
     """Best (least CPU) of ``rounds`` interleaved end-to-end runs of each side."""
     runs: list[tuple[dict[str, Any], dict[str, Any]]] = []
     for _ in range(rounds):
-        runs.append((ours_end_to_end(input_dir, work, steps),
-                     datatrove_end_to_end(input_dir, work, tokenizer_json, steps)))
+        runs.append((ours_end_to_end(input_dir, work, steps, variant),
+                     datatrove_end_to_end(input_dir, work, tokenizer_json, steps, variant)))
+        sys.stderr.write(f"  {variant.name} {input_dir.name}: ours {runs[-1][0]['cpu']:.1f} CPU s, "
+                         f"datatrove {runs[-1][1]['cpu']:.1f} CPU s\n")
     return min((r[0] for r in runs), key=lambda r: r["cpu"]), min((r[1] for r in runs), key=lambda r: r["cpu"])
 
 
+def report_stage_cpu(corpus: str, variant: Variant, ours: dict[str, Any], cpu: dict[str, float]) -> list[str]:
+    docs_in = ours["stages"]["extract"]["in"]
+    start = cpu["start-up"]
+    lines = [f"\n[{corpus}] (c) where ours' CPU goes, variant {variant.name!r}: each stage rerun alone in its "
+             f"own process over the same inputs (CPU of its process tree; one run each); a process that only "
+             f"imports pipelines.run and parses its arguments: {start:.1f} s",
+             "| stage | docs in | CPU s | CPU s minus the import-only process | share of the sum |",
+             "|---|---|---|---|---|"]
+    total = sum(cpu[st] - start for st in OURS_STAGES)
+    for st in OURS_STAGES:
+        lines.append(f"| {st} | {ours['stages'][st]['in']} | {cpu[st]:.1f} | {cpu[st] - start:.1f} | "
+                     f"{(cpu[st] - start) / total:.0%} |")
+    whole = cpu["whole run, --no-report"]
+    lines.append(f"whole run in one process: {ours['cpu']:.1f} s (best end-to-end, with the report), "
+                 f"{whole:.1f} s with --no-report; {docs_in / whole:.1f} docs/s per core without the report")
+    return lines
+
+
 def run_corpus(corpus: str, files: list[Path], input_dir: Path, work: Path, tokenizer_json: Path,
-               rounds: int, steps: Steps) -> tuple[list[str], dict[str, Any]]:
+               rounds: int, steps: Steps, variants: list[Variant],
+               stage_cpu: bool) -> tuple[list[str], dict[str, Any]]:
     first = [f for f in files if f.name.startswith("copy000-")]
     a = per_stage(first or files, work / f"{corpus}-a", tokenizer_json, rounds + 1, steps)
-    small = None
+    lines = report_per_stage(corpus, a, steps)
+    for line in lines:
+        sys.stdout.write(line + "\n")
+    one = None
     if first and len(first) < len(files):  # a 1-copy run gives the fixed start-up and the marginal rate
         one = work / f"{corpus}-one-copy"
         one.mkdir(parents=True, exist_ok=True)
         for f in first:
             shutil.copy(f, one / f.name)
-        small = _best_pair(one, work / f"{corpus}-small", tokenizer_json, rounds, steps)
-    ours, dt = _best_pair(input_dir, work / corpus, tokenizer_json, rounds, steps)
-    lines = report_per_stage(corpus, a, steps) + report_end_to_end(corpus, ours, dt, a, small)
-    summary = {"docs_in": ours["stages"]["extract"]["in"], "ours": ours, "datatrove": dt, "per_stage": a,
-               "small": small, "datatrove_stages": datatrove_stages(dt)}
+    summary: dict[str, Any] = {"per_stage": a, "variants": {}}
+    for variant in variants:
+        small = None if one is None else _best_pair(one, work / f"{corpus}-{variant.name}-small", tokenizer_json,
+                                                    rounds, steps, variant)
+        ours, dt = _best_pair(input_dir, work / f"{corpus}-{variant.name}", tokenizer_json, rounds, steps, variant)
+        part = report_end_to_end(corpus, variant, ours, dt, a, small)
+        cpu = None
+        if stage_cpu and variant is variants[0]:
+            cpu = ours_stage_cpu(Path(ours["config"]))
+            part += report_stage_cpu(corpus, variant, ours, cpu)
+        for line in part:
+            sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+        lines += part
+        summary["variants"][variant.name] = {"docs_in": ours["stages"]["extract"]["in"], "ours": ours,
+                                             "datatrove": dt, "small": small, "stage_cpu": cpu,
+                                             "datatrove_stages": datatrove_stages(dt)}
     return lines, summary
 
 
@@ -570,6 +702,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--copies", type=int, default=20, help="copies of the WARC set (default 20)")
     parser.add_argument("--rounds", type=int, default=2, help="end-to-end rounds per side (default 2)")
     parser.add_argument("--skip-demo", action="store_true", help="only the WARC corpus (no pydoc crawl)")
+    parser.add_argument("--variants", default="same,cascade",
+                        help=f"comma-separated, of {', '.join(VARIANTS)} (default same,cascade)")
+    parser.add_argument("--stage-cpu", action="store_true",
+                        help="on warc, rerun each of ours' stages alone for the first variant: CPU per stage")
     parser.add_argument("--datatrove-job", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     try:
@@ -581,6 +717,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.datatrove_job:
         datatrove_job(json.loads(args.datatrove_job))
         return 0
+    unknown = [v for v in args.variants.split(",") if v not in VARIANTS]
+    if unknown:
+        parser.error(f"unknown variants {unknown}; choose from {list(VARIANTS)}")
+    variants = [VARIANTS[v] for v in args.variants.split(",")]
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
     lines: list[str] = []
     summaries: dict[str, Any] = {}
@@ -596,20 +736,19 @@ def main(argv: Optional[list[str]] = None) -> int:
             files = make(input_dir)
             sys.stderr.write(f"{corpus}: {len(files)} WARC files ready in {time.perf_counter() - t0:.1f}s\n")
             corpus_lines, summaries[corpus] = run_corpus(corpus, files, input_dir, tmp, tokenizer_json,
-                                                         args.rounds, steps)
-            for line in corpus_lines:
-                sys.stdout.write(line + "\n")
-            sys.stdout.flush()
+                                                         args.rounds, steps, variants,
+                                                         args.stage_cpu and corpus == "warc")
             lines += corpus_lines
         sample = [t for t in (DATA / "text").glob("*.txt")][:1]
         texts = [p.read_text(encoding="utf-8")[i:i + 3000] for p in sample for i in range(0, 300000, 3000)]
         differ = check_same_ids(texts, tokenizer_json)
         sys.stdout.write(f"\ntokenizers: sentencepiece and the converted tokenizer.json disagree on "
                          f"{differ} of {len(texts)} documents\n")
-    compact = {c: {"docs_in": s["docs_in"], "ours_cpu": s["ours"]["cpu"], "ours_wall": s["ours"]["wall"],
-                   "datatrove_cpu": s["datatrove"]["cpu"], "datatrove_wall": s["datatrove"]["wall"],
-                   "ratio_per_core": s["datatrove"]["cpu"] / s["ours"]["cpu"],
-                   "ours_stages": s["ours"]["stages"]} for c, s in summaries.items()}
+    compact = {c: {v: {"docs_in": s["docs_in"], "ours_cpu": s["ours"]["cpu"], "ours_wall": s["ours"]["wall"],
+                       "datatrove_cpu": s["datatrove"]["cpu"], "datatrove_wall": s["datatrove"]["wall"],
+                       "ratio_per_core": s["datatrove"]["cpu"] / s["ours"]["cpu"],
+                       "ours_stages": s["ours"]["stages"], "ours_stage_cpu": s["stage_cpu"]}
+                   for v, s in summary["variants"].items()} for c, summary in summaries.items()}
     sys.stdout.write(json.dumps(compact) + "\n")
     return 0
 

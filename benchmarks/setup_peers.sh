@@ -4,8 +4,9 @@
 # build: an unpinned torch pulls a multi-GB CUDA one).
 #
 #   .bench-venv         datatrove 0.10.1 (+ what PEERS.md found it needs offline), spaCy,
-#                       huggingface_hub >= 1.6; no transformers (bench_pipeline builds its
-#                       tokenizer.json with tokenizers and sentencepiece)
+#                       huggingface_hub >= 1.6, this project with its pipeline extra
+#                       (trafilatura 2.x for both sides); no transformers (bench_pipeline
+#                       builds its tokenizer.json with tokenizers and sentencepiece)
 #   .bench-venv-loader  mosaicml-streaming and litdata (torchvision removed and replaced by
 #                       a stand-in module, since its PyPI wheel does not import beside the
 #                       CPU torch); run the loader benchmark with LITDATA_DISABLE_VERSION_CHECK=1
@@ -41,7 +42,7 @@ start() {
 
 # .bench-venv: datatrove (bench_clean, bench_pipeline)
 V=.bench-venv
-if ready $V "datatrove.pipeline.filters, datatrove.pipeline.extractors, spacy, sentencepiece, tokenizers"; then
+if ready $V "datatrove.pipeline.filters, datatrove.pipeline.extractors, spacy, sentencepiece, tokenizers, apache_beam, resiliparse"; then
     echo "$V: up to date"
 else
     start $V
@@ -56,7 +57,12 @@ else
     $PIP install --quiet -c "$constraint" "datatrove[processing]==0.10.1" spacy lxml_html_clean \
         warcio faust-cchardet python-magic orjson "huggingface_hub>=1.6" \
         sentencepiece tokenizers
-    $PIP install --quiet -c "$constraint" -e .
+    # with the pipeline extra: bench_clean and bench_pipeline run our stages here (Beam,
+    # resiliparse, ...). It also lifts trafilatura to the project's >= 2.0 over datatrove's
+    # < 1.12 pin (pip warns): under 1.11 our `fast=True` is swallowed by extract()'s
+    # **kwargs, and datatrove's extractor only calls extract(), which 2.x keeps, so both
+    # sides of bench_pipeline run the same trafilatura.
+    $PIP install --quiet -c "$constraint" -e ".[pipeline]"
     echo "$stamp" > $V/.peers-stamp
     echo "$V: peers ready (datatrove)"
 fi
