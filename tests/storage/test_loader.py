@@ -578,3 +578,40 @@ def test_a_loader_state_loaded_is_the_state_it_reports(tmp_path):
     loader = TokenLoader(TokenDataset([Source(index)], seq_len=16, batch_size=2, seed=5))
     loader.load_state_dict({"epoch": 1, "batches": 2, "seed": 5})
     assert loader.state_dict() == {"epoch": 1, "batches": 2, "seed": 5}
+
+
+def test_entering_a_group_unpins_only_its_own_streams_previous_group(tmp_path):
+    """Two mixed streams read group after group, interleaved: entering a group of one
+    stream releases that stream's previous group and never the other stream's current
+    one (its shards stay pinned while it is being read)."""
+    a = make_dataset(tmp_path / "a", shards=6, seed=1)
+    b = make_dataset(tmp_path / "b", shards=6, seed=2)
+    cache = ShardCache(hot_dir=str(tmp_path / "h"))
+    ds = TokenDataset([Source(a, 1.0), Source(b, 1.0)], seq_len=16, batch_size=2, buffer_shards=2,
+                      prefetch_depth=0, cache=cache, seed=3)
+    entering: list[int] = []
+    released: list[tuple[int, set[int]]] = []
+    real_enter, real_release = ds._enter, ds._release
+
+    def enter(key, *args):
+        entering.append(key[0])
+        try:
+            return real_enter(key, *args)
+        finally:
+            entering.pop()
+
+    def release(resolved, groups):
+        if entering:
+            released.append((entering[-1], {stream for stream, _ in resolved}))
+        return real_release(resolved, groups)
+
+    ds._enter, ds._release = enter, release
+    plain = TokenDataset([Source(a, 1.0), Source(b, 1.0)], seq_len=16, batch_size=2, buffer_shards=2,
+                         prefetch_depth=0, seed=3)
+    assert [b["tokens"].tolist() for b in ds] == [b["tokens"].tolist() for b in plain]
+    streams = [s for s, _, _ in ds.plan(0)]
+    assert 0 < streams.count(0) < len(streams)  # really interleaved
+    nonempty = [(s, r) for s, r in released if r]
+    assert {s for s, _ in nonempty} == {0, 1}  # both streams moved on to later groups
+    assert all(r == {s} for s, r in nonempty), nonempty
+    assert not any(cache._pins.values())  # the epoch's end released the rest
