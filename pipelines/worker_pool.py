@@ -77,6 +77,15 @@ class SupervisedWorkerPool(BeamFnExternalWorkerPoolServicer):
                     super().StartWorker(self._wanted[worker_id], None)
 
 
+def worker_path(executable: str, path: str) -> str:
+    """``PATH`` with ``executable``'s directory first. Beam's pool starts each worker as
+    ``python -c ...``, the first ``python`` on the ``PATH``: a pool started as
+    ``.venv/bin/python -m pipelines.worker_pool`` outside the activated venv would start
+    the system's Python, without Beam, and every worker would die at its first import."""
+    first = os.path.dirname(os.path.abspath(executable))
+    return os.pathsep.join([first] + [p for p in path.split(os.pathsep) if p and p != first])
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pipelines.worker_pool", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -89,6 +98,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     SupervisedWorkerPool.max_restarts = args.max_restarts
     cap_malloc_arenas()
     worker_environment(os.environ)  # the SDK worker processes it starts (pipelines/memory.py)
+    if os.access(os.path.join(os.path.dirname(os.path.abspath(sys.executable)), "python"), os.X_OK):
+        os.environ["PATH"] = worker_path(sys.executable, os.environ.get("PATH", ""))
+    elif args.container_executable is None:
+        _LOGGER.warning("no 'python' beside %s: workers start with the first python on the PATH, "
+                        "which must have this project installed", sys.executable)
     address, server = SupervisedWorkerPool.start(use_process=True, port=args.service_port,
                                                  container_executable=args.container_executable)
     _LOGGER.info("SDK worker pool at %s (restarts per worker: %d)", address, args.max_restarts)

@@ -73,3 +73,55 @@ def test_launcher_jar_manifest_lists_every_jar(tmp_path):
     assert "Main-Class: org.example.Main" in logical
     class_path = next(l for l in logical if l.startswith("Class-Path: ")).split()[1:]
     assert class_path == [f"lib/{n}" for n in sorted(names)]
+
+
+def test_worker_path_puts_the_pools_interpreter_first():
+    from pipelines.worker_pool import worker_path
+
+    assert worker_path("/v/bin/python", "/usr/bin:/v/bin:/bin") == "/v/bin:/usr/bin:/bin"
+    assert worker_path("/v/bin/python", "") == "/v/bin"
+    assert worker_path("/v/bin/python3.11", "/usr/bin::/bin") == "/v/bin:/usr/bin:/bin"
+
+
+def test_a_pool_started_outside_its_venv_starts_workers_with_its_own_python(tmp_path):
+    """Beam's pool runs `python -c ...` from the PATH: with a PATH without this venv
+    (python -m pipelines.worker_pool run by its full path) the worker must still be this
+    interpreter, alive and waiting for its runner, not a python without Beam dying at
+    its first import."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    import grpc
+    from apache_beam.portability.api import beam_fn_api_pb2, beam_fn_api_pb2_grpc, endpoints_pb2
+    from apache_beam.utils import subprocess_server
+
+    from pipelines.engines import child_pids
+
+    port, = subprocess_server.pick_port(None)
+    log = tmp_path / "pool.log"
+    with log.open("wb") as out:
+        pool = subprocess.Popen([sys.executable, "-m", "pipelines.worker_pool", f"--service_port={port}"],
+                                env=dict(os.environ, PATH="/usr/bin:/bin"), stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    try:
+        channel = grpc.insecure_channel(f"localhost:{port}")
+        grpc.channel_ready_future(channel).result(timeout=60)
+        stub = beam_fn_api_pb2_grpc.BeamFnExternalWorkerPoolStub(channel)
+        silent = subprocess_server.pick_port(None)[0]  # nothing listens: the worker waits for it
+        response = stub.StartWorker(beam_fn_api_pb2.StartWorkerRequest(
+            worker_id="w1", control_endpoint=endpoints_pb2.ApiServiceDescriptor(url=f"localhost:{silent}")))
+        assert not response.error, response.error
+        time.sleep(4)
+        workers = child_pids(pool.pid)
+        assert len(workers) == 1, log.read_text()
+        assert "exited with" not in log.read_text()
+        cmd = open(f"/proc/{workers[0]}/cmdline", "rb").read().split(b"\0")
+        assert cmd[0] == b"python" and b"SdkHarness" in cmd[2]
+        environ = dict(e.split(b"=", 1) for e in open(f"/proc/{workers[0]}/environ", "rb").read().split(b"\0") if b"=" in e)
+        assert environ[b"PATH"].split(b":")[0] == os.path.dirname(sys.executable).encode()
+        channel.close()
+    finally:
+        os.killpg(pool.pid, 9)
+        pool.wait()
