@@ -10,13 +10,16 @@ output (``<output>/_lease.json``; nothing ran).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
+import tempfile
+from pathlib import Path
 from typing import Optional, Sequence, TextIO
 
 from pipelines.config import ConfigError, JobConfig, load_config
-from pipelines.engines import ENGINES, EngineMissing, engine_args
+from pipelines.engines import ENGINES, EngineMissing, WorkerPool, engine_args
 from pipelines.job import StageFailed, StageReport, run_job
 from pipelines.lease import LeaseHeld
 from pipelines.manifest import read_manifest
@@ -50,6 +53,12 @@ def parse_args(argv: Optional[Sequence[str]]) -> tuple[argparse.Namespace, list[
                         help="run on this engine: " + "; ".join(f"{e.name}: {e.description}"
                                                                 for e in ENGINES.values())
                         + " (its Beam options come before yours, so yours win)")
+    parser.add_argument("--sdk-workers", choices=("loopback", "pool"), default="loopback",
+                        help="with --engine flink or spark: where the Python SDK workers run. loopback "
+                             "(default): in this process; pool: in processes of a worker pool this "
+                             "command starts on 127.0.0.1 and stops at the end, each job's workers "
+                             "exiting with the job (the choice for jobs larger than memory: "
+                             "docs/RUNNING_AT_SCALE.md)")
     parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
     parser.add_argument("--no-progress", action="store_true",
                         help="no live progress line on stderr (shown for in-process runners)")
@@ -144,6 +153,9 @@ def _stderr(text: str) -> None:
 
 def main(argv: Optional[Sequence[str]] = None, out: TextIO = sys.stdout) -> int:
     args, beam_args = parse_args(argv)
+    if args.sdk_workers == "pool" and args.engine not in ("flink", "spark"):
+        _stderr(f"--sdk-workers pool needs --engine flink or spark (got {args.engine or 'no engine'})\n")
+        return 2
     # This process hosts the LOOPBACK SDK workers; the processes it starts (SDK workers of
     # multi_processing, the job server) inherit the cap (pipelines/memory.py).
     cap_malloc_arenas()
@@ -161,14 +173,28 @@ def main(argv: Optional[Sequence[str]] = None, out: TextIO = sys.stdout) -> int:
     except ConfigError as exc:
         _stderr(f"config error: {exc}\n")
         return 2
-    try:
-        if args.engine:
-            from pipelines.stages import configured_input_bytes
+    with contextlib.ExitStack() as stack:
+        try:
+            pool = ""
+            if args.sdk_workers == "pool":
+                log = os.path.join(tempfile.gettempdir(), f"tokenfactory-worker-pool-{os.getpid()}.log")
+                pool = stack.enter_context(WorkerPool(log=Path(log))).address
+                logging.getLogger(__name__).info("SDK worker pool at %s (its log: %s)", pool, log)
+            if args.engine:
+                from pipelines.stages import configured_input_bytes
 
-            beam_args = engine_args(args.engine, input_bytes=configured_input_bytes(config)) + list(beam_args)
-    except EngineMissing as exc:
-        _stderr(f"engine error: {exc}\n")
-        return 2
+                beam_args = engine_args(args.engine, worker_pool=pool,
+                                        input_bytes=configured_input_bytes(config)) + list(beam_args)
+        except EngineMissing as exc:
+            _stderr(f"engine error: {exc}\n")
+            return 2
+        except RuntimeError as exc:  # the worker pool did not start
+            _stderr(f"worker pool error: {exc}\n")
+            return 2
+        return _run(args, config, beam_args, out)
+
+
+def _run(args: argparse.Namespace, config: JobConfig, beam_args: list[str], out: TextIO) -> int:
     try:
         reports = run_job(config, beam_args, force=args.force, show_progress=not args.no_progress)
     except LeaseHeld as held:

@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -95,6 +96,20 @@ def test_every_stage_equals_fnapi(job, reference, engine):
                                   "SparkRunner" if engine == "spark" else "FlinkRunner")
     assert manifest["extra"]["counters"]["cc_rounds"] >= 2  # at least two star rounds ran
     assert differences(reference, out) == []
+
+
+def test_spark_with_sdk_workers_in_a_pool_equals_fnapi(job, reference):
+    """`--sdk-workers pool`: pipelines.run starts a worker pool for the run, the SDK
+    workers run in its processes (not in this one), and the outputs are FnApiRunner's."""
+    out = str(job.root / "out-spark-pool")
+    log = Path(tempfile.gettempdir(), f"tokenfactory-worker-pool-{os.getpid()}.log")
+    log.unlink(missing_ok=True)
+    code, table = run(["--config", job.config, "--output", out, "--engine", "spark", "--sdk-workers", "pool",
+                       "--stages", "extract,clean,dedup_exact"])
+    assert code == 0, table
+    assert differences(reference, out, stages=("extract", "clean", "dedup_exact")) == []
+    started = log.read_text().count("Starting worker with command")
+    assert started >= 1, log.read_text()
 
 
 def _crawl(tmp_path: Path, engine: str) -> tuple[str, str]:

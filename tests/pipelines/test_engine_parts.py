@@ -125,3 +125,16 @@ def test_a_pool_started_outside_its_venv_starts_workers_with_its_own_python(tmp_
     finally:
         os.killpg(pool.pid, 9)
         pool.wait()
+
+
+@pytest.mark.parametrize("engine", [None, "direct", "prism"])
+def test_sdk_workers_pool_needs_flink_or_spark(tmp_path, monkeypatch, engine):
+    config = tmp_path / "job.yaml"
+    (tmp_path / "x.jsonl").write_text('{"text": "x"}\n')
+    config.write_text(f"output: {tmp_path / 'out'}\ninputs:\n  - {{format: jsonl, path: {tmp_path / 'x.jsonl'}}}\n")
+    err = io.StringIO()
+    monkeypatch.setattr("sys.stderr", err)
+    argv = ["--config", str(config), "--sdk-workers", "pool"] + (["--engine", engine] if engine else [])
+    assert main(argv) == 2
+    assert "--sdk-workers pool needs --engine flink or spark" in err.getvalue()
+    assert not (tmp_path / "out").exists()  # nothing ran
