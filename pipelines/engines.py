@@ -418,13 +418,10 @@ class WorkerPool:
 
         port, = subprocess_server.pick_port(None)
         log = open(self.log, "ab") if self.log else subprocess.DEVNULL
-        # The pool starts workers as `python -c ...`: the first python on the PATH must
-        # be this one (the project and its dependencies are installed here).
-        env = dict(os.environ, PATH=os.pathsep.join([os.path.dirname(sys.executable),
-                                                     os.environ.get("PATH", "")]))
+        # the pool starts its workers with this interpreter (pipelines.worker_pool.worker_path)
         self.process = subprocess.Popen(
             [sys.executable, "-m", "pipelines.worker_pool", f"--service_port={port}"],
-            env=env, cwd=ROOT, start_new_session=True,
+            cwd=ROOT, start_new_session=True,
             stdout=log, stderr=subprocess.STDOUT)
         self.address = f"localhost:{port}"
         deadline = time.monotonic() + 60
