@@ -97,6 +97,31 @@ def spark_partitions(input_bytes: int) -> int:
     return max(SPARK_PARTITIONS, math.ceil(max(0, input_bytes) / SPARK_PARTITION_BYTES))
 
 
+# Where the Python SDK workers run when `pipelines.run --sdk-workers auto` (the default)
+# and the engine is Flink or Spark. LOOPBACK workers live in the driver, and Beam 2.77
+# keeps every pipeline's SdkHarness there after the pipeline ends (its run thread blocked
+# closing the data channel; docs/BENCHMARKS.md): the driver grows with the job. Measured on
+# Spark local[2] (bench_scale): at 150k documents (0.2 GB of JSONL) LOOPBACK and a pool
+# peak alike on the Python side (0.61 vs 0.64 GB) and the pool's per-job worker start-up
+# (a few seconds a pipeline) is pure cost; at 600k (0.8 GB) LOOPBACK peaked at 1.32 GB
+# against the pool's 0.77. So inputs from 512 MiB run their workers in a pool.
+POOL_FROM_BYTES = 512 * 1024 * 1024
+SDK_WORKER_CHOICES = ("auto", "loopback", "pool")
+
+
+def sdk_workers_for(choice: str, engine: Optional[str], input_bytes: int, beam_args: Sequence[str] = ()) -> str:
+    """``loopback`` or ``pool``: where a run's SDK workers go. An explicit choice stands;
+    ``auto`` picks the pool only on Flink or Spark, for inputs of ``POOL_FROM_BYTES`` or
+    more, and not when the user set ``--environment_type`` (theirs wins over ours)."""
+    if choice not in SDK_WORKER_CHOICES:
+        raise ValueError(f"sdk workers {choice!r}: one of {', '.join(SDK_WORKER_CHOICES)}")
+    if choice != "auto":
+        return choice
+    if engine not in ("flink", "spark") or any(a.startswith("--environment_type") for a in beam_args):
+        return "loopback"
+    return "pool" if input_bytes >= POOL_FROM_BYTES else "loopback"
+
+
 class EngineMissing(RuntimeError):
     """A part an engine needs (a JDK, a job server jar, the Prism binary) is not there."""
 

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Optional, Sequence, TextIO
 
 from pipelines.config import ConfigError, JobConfig, load_config
-from pipelines.engines import ENGINES, EngineMissing, WorkerPool, engine_args
+from pipelines.engines import (ENGINES, POOL_FROM_BYTES, SDK_WORKER_CHOICES, EngineMissing, WorkerPool,
+                               engine_args, sdk_workers_for)
 from pipelines.job import StageFailed, StageReport, run_job
 from pipelines.lease import LeaseHeld
 from pipelines.manifest import read_manifest
@@ -53,12 +54,13 @@ def parse_args(argv: Optional[Sequence[str]]) -> tuple[argparse.Namespace, list[
                         help="run on this engine: " + "; ".join(f"{e.name}: {e.description}"
                                                                 for e in ENGINES.values())
                         + " (its Beam options come before yours, so yours win)")
-    parser.add_argument("--sdk-workers", choices=("loopback", "pool"), default="loopback",
-                        help="with --engine flink or spark: where the Python SDK workers run. loopback "
-                             "(default): in this process; pool: in processes of a worker pool this "
-                             "command starts on 127.0.0.1 and stops at the end, each job's workers "
-                             "exiting with the job (the choice for jobs larger than memory: "
-                             "docs/RUNNING_AT_SCALE.md)")
+    parser.add_argument("--sdk-workers", choices=SDK_WORKER_CHOICES, default="auto",
+                        help="with --engine flink or spark: where the Python SDK workers run. loopback: "
+                             "in this process; pool: in processes of a worker pool this command starts "
+                             "on 127.0.0.1 and stops at the end, each job's workers exiting with the job "
+                             "(the choice for jobs larger than memory: docs/RUNNING_AT_SCALE.md); auto "
+                             f"(default): pool for inputs of {POOL_FROM_BYTES >> 20} MiB or more, unless "
+                             "you pass --environment_type")
     parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
     parser.add_argument("--no-progress", action="store_true",
                         help="no live progress line on stderr (shown for in-process runners)")
@@ -173,18 +175,24 @@ def main(argv: Optional[Sequence[str]] = None, out: TextIO = sys.stdout) -> int:
     except ConfigError as exc:
         _stderr(f"config error: {exc}\n")
         return 2
+    input_bytes = 0
+    if args.engine:
+        from pipelines.stages import configured_input_bytes
+
+        input_bytes = configured_input_bytes(config)
+    sdk_workers = sdk_workers_for(args.sdk_workers, args.engine, input_bytes, beam_args)
     with contextlib.ExitStack() as stack:
         try:
             pool = ""
-            if args.sdk_workers == "pool":
+            if sdk_workers == "pool":
                 log = os.path.join(tempfile.gettempdir(), f"tokenfactory-worker-pool-{os.getpid()}.log")
                 pool = stack.enter_context(WorkerPool(log=Path(log))).address
-                logging.getLogger(__name__).info("SDK worker pool at %s (its log: %s)", pool, log)
+                logging.getLogger(__name__).info(
+                    "SDK worker pool at %s (its log: %s)%s", pool, log,
+                    f"; chosen for {input_bytes / 2**30:.2f} GiB of input (--sdk-workers auto)"
+                    if args.sdk_workers == "auto" else "")
             if args.engine:
-                from pipelines.stages import configured_input_bytes
-
-                beam_args = engine_args(args.engine, worker_pool=pool,
-                                        input_bytes=configured_input_bytes(config)) + list(beam_args)
+                beam_args = engine_args(args.engine, worker_pool=pool, input_bytes=input_bytes) + list(beam_args)
         except EngineMissing as exc:
             _stderr(f"engine error: {exc}\n")
             return 2

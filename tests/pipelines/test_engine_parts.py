@@ -7,7 +7,8 @@ import zipfile
 
 import pytest
 
-from pipelines.engines import ENGINES, EngineMissing, engine_args, spark_partitions, write_launcher_jar
+from pipelines.engines import (ENGINES, POOL_FROM_BYTES, EngineMissing, engine_args, sdk_workers_for, spark_partitions,
+                               write_launcher_jar)
 from pipelines.run import main
 
 
@@ -138,3 +139,70 @@ def test_sdk_workers_pool_needs_flink_or_spark(tmp_path, monkeypatch, engine):
     assert main(argv) == 2
     assert "--sdk-workers pool needs --engine flink or spark" in err.getvalue()
     assert not (tmp_path / "out").exists()  # nothing ran
+
+
+@pytest.mark.parametrize("engine", ["flink", "spark"])
+def test_auto_sdk_workers_go_to_a_pool_from_512_mib_of_input_on_flink_and_spark(engine):
+    assert POOL_FROM_BYTES == 512 * 1024 * 1024
+    assert sdk_workers_for("auto", engine, POOL_FROM_BYTES - 1) == "loopback"
+    assert sdk_workers_for("auto", engine, POOL_FROM_BYTES) == "pool"
+    assert sdk_workers_for("auto", engine, 0) == "loopback"  # unknown size (a crawl)
+    # the user's environment wins: no pool started beside it
+    assert sdk_workers_for("auto", engine, 10 * POOL_FROM_BYTES, ["--environment_type=LOOPBACK"]) == "loopback"
+    assert sdk_workers_for("auto", engine, 10 * POOL_FROM_BYTES, ["--runner=X", "--environment_type", "DOCKER"]) == "loopback"
+    assert sdk_workers_for("auto", engine, 10 * POOL_FROM_BYTES, ["--environment_config=x"]) == "pool"
+
+
+@pytest.mark.parametrize("engine", [None, "direct", "direct-mp", "prism"])
+def test_auto_sdk_workers_stay_in_process_off_flink_and_spark(engine):
+    assert sdk_workers_for("auto", engine, 10 * POOL_FROM_BYTES) == "loopback"
+
+
+def test_an_explicit_sdk_workers_choice_stands():
+    assert sdk_workers_for("loopback", "spark", 10 * POOL_FROM_BYTES) == "loopback"
+    assert sdk_workers_for("pool", "spark", 0) == "pool"
+    assert sdk_workers_for("pool", "flink", 0, ["--environment_type=LOOPBACK"]) == "pool"
+    with pytest.raises(ValueError, match="'Pool': one of auto, loopback, pool"):
+        sdk_workers_for("Pool", "spark", 0)
+
+
+def test_auto_is_the_default_and_starts_no_pool_for_a_small_input(tmp_path, monkeypatch):
+    """A small job with --engine spark and no --sdk-workers: the choice is made (auto),
+    no pool is started, and a missing jar is still the engine's error."""
+    started = []
+    monkeypatch.setattr("pipelines.run.WorkerPool", lambda **kw: started.append(kw))
+    monkeypatch.setenv("TOKENFACTORY_ENGINES", str(tmp_path / "no-engines"))
+    config = tmp_path / "job.yaml"
+    (tmp_path / "x.jsonl").write_text('{"text": "x"}\n')
+    config.write_text(f"output: {tmp_path / 'out'}\ninputs:\n  - {{format: jsonl, path: {tmp_path / 'x.jsonl'}}}\n")
+    err = io.StringIO()
+    monkeypatch.setattr("sys.stderr", err)
+    assert main(["--config", str(config), "--engine", "spark"]) == 2
+    assert "engine error: spark:" in err.getvalue() and started == []
+
+
+def test_auto_starts_a_pool_for_a_large_input(tmp_path, monkeypatch):
+    """The same command when the configured input passes POOL_FROM_BYTES: the pool is
+    started (and stopped: the engine error after it ends the run)."""
+    events = []
+
+    class FakePool:
+        def __init__(self, log):
+            self.address = "127.0.0.1:1"
+
+        def __enter__(self):
+            events.append("start")
+            return self
+
+        def __exit__(self, *exc):
+            events.append("stop")
+
+    monkeypatch.setattr("pipelines.run.WorkerPool", FakePool)
+    monkeypatch.setattr("pipelines.stages.configured_input_bytes", lambda config: POOL_FROM_BYTES)
+    monkeypatch.setenv("TOKENFACTORY_ENGINES", str(tmp_path / "no-engines"))
+    config = tmp_path / "job.yaml"
+    (tmp_path / "x.jsonl").write_text('{"text": "x"}\n')
+    config.write_text(f"output: {tmp_path / 'out'}\ninputs:\n  - {{format: jsonl, path: {tmp_path / 'x.jsonl'}}}\n")
+    monkeypatch.setattr("sys.stderr", io.StringIO())
+    assert main(["--config", str(config), "--engine", "flink"]) == 2
+    assert events == ["start", "stop"]
