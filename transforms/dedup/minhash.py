@@ -134,7 +134,8 @@ def fast_shingle_hashes(w: np.ndarray, n: int) -> np.ndarray:
             h = h * _POLY + w[k:k + count]
         h ^= h >> np.uint64(33)
         h *= np.uint64(0xFF51AFD7ED558CCD)
-        h ^= h >> np.uint64(33)
+        # (murmur's finaliser would xor h >> 33 in again here: it leaves the top 32 bits,
+        # the only ones kept, unchanged, so it is left out)
     return (h >> np.uint64(32)).astype(np.uint32)
 
 
