@@ -85,6 +85,16 @@ JOB_SERVER_HEAP = "--job_server_jvm_properties=-Xmx2g"
 #   size as documents grow: at 3M documents (4.1 GB of JSONL) 64 partitions ran the 2 GB
 #   heap out in dedup_minhash (2026-12-02; the same run had passed the day before: at the
 #   edge), 192 finished. 64 at 1M (1.4 GB) and 192 at 3M are both ~21 MB of input each.
+# How long (ms) the job server keeps a job's SDK environment after its last task. Beam's
+# default, 0, releases it when no task holds it, and Spark's local tasks (a stage is 64+
+# partitions run 2 at a time) drop the count to 0 between waves: the next task starts the
+# environment again, new SDK worker processes with a pool (121 started for an extract and
+# a dedup_exact of 5,000 documents; 742 in 85 minutes of a 3M run), a new harness in the
+# driver with LOOPBACK. Kept 10 s, the same 5,000 documents started 4 workers and ran in
+# 58 s instead of 175 (Spark local[2], a pool; docs/BENCHMARKS.md). Flink's embedded
+# runner reads the same option.
+ENVIRONMENT_CACHE = "--environment_cache_millis=10000"
+
 SPARK_PARTITIONS = 64
 SPARK_PARTITION_BYTES = 21 * 1024 * 1024
 SPARK_TUNING = ("--job_server_jvm_properties=-Dspark.serializer=org.apache.spark.serializer.KryoSerializer",
@@ -178,13 +188,14 @@ class Engine:
                     "--direct_num_workers=2"]
         if self.name == "flink":
             return ["--runner=FlinkRunner", "--flink_master=[local]", f"--flink_version={FLINK_VERSION}",
-                    f"--flink_job_server_jar={path}", "--parallelism=2", JOB_SERVER_HEAP] + environment
+                    f"--flink_job_server_jar={path}", "--parallelism=2", JOB_SERVER_HEAP,
+                    ENVIRONMENT_CACHE] + environment
         if self.name == "spark":
             partitions = spark_partitions(input_bytes)
             return ["--runner=SparkRunner", "--spark_master_url=local[2]",
                     f"--spark_job_server_jar={path}", JOB_SERVER_HEAP,
                     f"--job_server_jvm_properties=-Dspark.default.parallelism={partitions}",
-                    *SPARK_TUNING] + environment
+                    *SPARK_TUNING, ENVIRONMENT_CACHE] + environment
         # Beam's portable runner puts job_server_timeout (300 s) on the job-state stream
         # when the preparation id is the job id, as on Prism: every stage longer than
         # 5 minutes failed with DEADLINE_EXCEEDED (1M documents). The other calls it

@@ -42,6 +42,11 @@ def test_engine_options(tmp_path, monkeypatch):
     # datasets read twice are spilled, not recomputed (counters counted twice, CPU paid twice),
     # and a stage is 64 bundles, not one per core (the 2 GB heap ran out at 1M documents)
     assert "--storage_level=MEMORY_AND_DISK" in spark
+    # a job's SDK environment outlives the gap between Spark's task waves (and Flink's
+    # tasks): without it every wave started new workers (121 for 5,000 documents)
+    assert "--environment_cache_millis=10000" in spark and "--environment_cache_millis=10000" in flink
+    assert "--environment_cache_millis=10000" in external
+    assert not any(a.startswith("--environment_cache") for a in engine_args("prism") + engine_args("direct-mp"))
     assert "--job_server_jvm_properties=-Dspark.default.parallelism=64" in spark
     # partitions follow the input (~21 MB each, at least 64): 3M documents (4.08 GB) are 186
     assert spark_partitions(0) == 64 and spark_partitions(64 * 21 * 2**20) == 64
@@ -206,3 +211,44 @@ def test_auto_starts_a_pool_for_a_large_input(tmp_path, monkeypatch):
     monkeypatch.setattr("sys.stderr", io.StringIO())
     assert main(["--config", str(config), "--engine", "flink"]) == 2
     assert events == ["start", "stop"]
+
+
+def test_sigterm_stops_the_worker_pool_the_run_started(tmp_path, monkeypatch):
+    """`kill` of a running pipelines.run: it exits 143 (128 + SIGTERM) and the pool it
+    started is stopped, not left running under init."""
+    import os
+    import signal
+
+    events = []
+
+    class FakePool:
+        def __init__(self, log):
+            self.address = "127.0.0.1:1"
+
+        def __enter__(self):
+            events.append("start")
+            return self
+
+        def __exit__(self, *exc):
+            events.append("stop")
+
+    def killed_mid_run(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)
+        events.append("ran on")  # never reached: the handler raises first
+
+    previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    monkeypatch.setattr("pipelines.run.WorkerPool", FakePool)
+    monkeypatch.setattr("pipelines.run.engine_args", lambda *a, **k: [])
+    monkeypatch.setattr("pipelines.run.run_job", killed_mid_run)
+    config = tmp_path / "job.yaml"
+    (tmp_path / "x.jsonl").write_text('{"text": "x"}\n')
+    config.write_text(f"output: {tmp_path / 'out'}\ninputs:\n  - {{format: jsonl, path: {tmp_path / 'x.jsonl'}}}\n")
+    try:
+        with pytest.raises(SystemExit) as exited:
+            main(["--config", str(config), "--engine", "spark", "--sdk-workers", "pool"])
+        restored = signal.getsignal(signal.SIGTERM)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert exited.value.code == 143
+    assert events == ["start", "stop"]
+    assert restored == signal.SIG_DFL  # the handler from before main is back
