@@ -170,28 +170,10 @@ def test_an_explicit_sdk_workers_choice_stands():
     with pytest.raises(ValueError, match="'Pool': one of auto, loopback, pool"):
         sdk_workers_for("Pool", "spark", 0)
 
+def recording_pool(events: list) -> type:
+    """A stand-in for WorkerPool that records its start and stop in ``events``."""
 
-def test_auto_is_the_default_and_starts_no_pool_for_a_small_input(tmp_path, monkeypatch):
-    """A small job with --engine spark and no --sdk-workers: the choice is made (auto),
-    no pool is started, and a missing jar is still the engine's error."""
-    started = []
-    monkeypatch.setattr("pipelines.run.WorkerPool", lambda **kw: started.append(kw))
-    monkeypatch.setenv("TOKENFACTORY_ENGINES", str(tmp_path / "no-engines"))
-    config = tmp_path / "job.yaml"
-    (tmp_path / "x.jsonl").write_text('{"text": "x"}\n')
-    config.write_text(f"output: {tmp_path / 'out'}\ninputs:\n  - {{format: jsonl, path: {tmp_path / 'x.jsonl'}}}\n")
-    err = io.StringIO()
-    monkeypatch.setattr("sys.stderr", err)
-    assert main(["--config", str(config), "--engine", "spark"]) == 2
-    assert "engine error: spark:" in err.getvalue() and started == []
-
-
-def test_auto_starts_a_pool_for_a_large_input(tmp_path, monkeypatch):
-    """The same command when the configured input passes POOL_FROM_BYTES: the pool is
-    started (and stopped: the engine error after it ends the run)."""
-    events = []
-
-    class FakePool:
+    class RecordingPool:
         def __init__(self, log):
             self.address = "127.0.0.1:1"
 
@@ -202,14 +184,41 @@ def test_auto_starts_a_pool_for_a_large_input(tmp_path, monkeypatch):
         def __exit__(self, *exc):
             events.append("stop")
 
-    monkeypatch.setattr("pipelines.run.WorkerPool", FakePool)
-    monkeypatch.setattr("pipelines.stages.configured_input_bytes", lambda config: POOL_FROM_BYTES)
-    monkeypatch.setenv("TOKENFACTORY_ENGINES", str(tmp_path / "no-engines"))
+    return RecordingPool
+
+
+def tiny_job(tmp_path) -> str:
+    """A job config of one JSONL document; returns its path."""
     config = tmp_path / "job.yaml"
     (tmp_path / "x.jsonl").write_text('{"text": "x"}\n')
     config.write_text(f"output: {tmp_path / 'out'}\ninputs:\n  - {{format: jsonl, path: {tmp_path / 'x.jsonl'}}}\n")
+    return str(config)
+
+
+def test_auto_is_the_default_and_starts_no_pool_for_a_small_input(tmp_path, monkeypatch):
+    """A small job with --engine spark and no --sdk-workers: the choice is made (auto),
+    no pool is started, and a missing jar is still the engine's error."""
+    started = []
+    monkeypatch.setattr("pipelines.run.WorkerPool", lambda **kw: started.append(kw))
+    monkeypatch.setenv("TOKENFACTORY_ENGINES", str(tmp_path / "no-engines"))
+    config = tiny_job(tmp_path)
+    err = io.StringIO()
+    monkeypatch.setattr("sys.stderr", err)
+    assert main(["--config", config, "--engine", "spark"]) == 2
+    assert "engine error: spark:" in err.getvalue() and started == []
+
+
+def test_auto_starts_a_pool_for_a_large_input(tmp_path, monkeypatch):
+    """The same command when the configured input passes POOL_FROM_BYTES: the pool is
+    started (and stopped: the engine error after it ends the run)."""
+    events = []
+
+    monkeypatch.setattr("pipelines.run.WorkerPool", recording_pool(events))
+    monkeypatch.setattr("pipelines.stages.configured_input_bytes", lambda config: POOL_FROM_BYTES)
+    monkeypatch.setenv("TOKENFACTORY_ENGINES", str(tmp_path / "no-engines"))
+    config = tiny_job(tmp_path)
     monkeypatch.setattr("sys.stderr", io.StringIO())
-    assert main(["--config", str(config), "--engine", "flink"]) == 2
+    assert main(["--config", config, "--engine", "flink"]) == 2
     assert events == ["start", "stop"]
 
 
@@ -221,31 +230,18 @@ def test_sigterm_stops_the_worker_pool_the_run_started(tmp_path, monkeypatch):
 
     events = []
 
-    class FakePool:
-        def __init__(self, log):
-            self.address = "127.0.0.1:1"
-
-        def __enter__(self):
-            events.append("start")
-            return self
-
-        def __exit__(self, *exc):
-            events.append("stop")
-
     def killed_mid_run(*args, **kwargs):
         os.kill(os.getpid(), signal.SIGTERM)
         events.append("ran on")  # never reached: the handler raises first
 
     previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    monkeypatch.setattr("pipelines.run.WorkerPool", FakePool)
+    monkeypatch.setattr("pipelines.run.WorkerPool", recording_pool(events))
     monkeypatch.setattr("pipelines.run.engine_args", lambda *a, **k: [])
     monkeypatch.setattr("pipelines.run.run_job", killed_mid_run)
-    config = tmp_path / "job.yaml"
-    (tmp_path / "x.jsonl").write_text('{"text": "x"}\n')
-    config.write_text(f"output: {tmp_path / 'out'}\ninputs:\n  - {{format: jsonl, path: {tmp_path / 'x.jsonl'}}}\n")
+    config = tiny_job(tmp_path)
     try:
         with pytest.raises(SystemExit) as exited:
-            main(["--config", str(config), "--engine", "spark", "--sdk-workers", "pool"])
+            main(["--config", config, "--engine", "spark", "--sdk-workers", "pool"])
         restored = signal.getsignal(signal.SIGTERM)
     finally:
         signal.signal(signal.SIGTERM, previous)
