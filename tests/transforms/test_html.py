@@ -167,13 +167,48 @@ def test_core_share_threshold(share, trimmed):
     assert (short_lines, lines) == ((0, 1) if trimmed else (outside, outside + 1))
 
 
+TEASER = ("Former general manager Paul Fenton unknowingly signed his own death warrant roughly "
+          "ten months ago when he flipped a fan favourite to Carolina for Victor Rask straight up. The...")
+
+
+@pytest.mark.parametrize("ending", ["The...", "The\u2026", "up, \u2026", "The...\u201d", "The\u2026\u201d)"])
+def test_teaser_list_after_the_article_is_trimmed(ending):
+    """Teasers of linked stories (long lines cut short with an ellipsis, each followed by a
+    "Read More" link) after the article are not paragraphs once there are two of them."""
+    teaser = TEASER.removesuffix("The...") + ending
+    tail = ["More in Minnesota Wild", "Title one", teaser, "Read More", "Title two", teaser, "Read More"]
+    article = [PARA] * 5 + ["Subhead"] + [PARA] * 5
+    assert trim_to_core("\n".join(article + tail)) == ("\n".join(article), 1, 11)
+
+
+def test_one_truncated_line_stays_a_paragraph():
+    """A paywalled article's body ends in an ellipsis (scrapinghub page 7ab16ade): one such
+    line is the article, not a teaser list. A line ending in a sentence's "..." with no word
+    before it (". . ." of a quote) is not truncated either."""
+    text = "\n".join(["By", "A Writer", PARA, TEASER, "Subscribe"])
+    assert trim_to_core(text)[0] == f"{PARA}\n{TEASER}"
+    not_cut = TEASER.removesuffix("The...") + "The end. ..."
+    text = "\n".join([PARA, not_cut, "Read More", not_cut, "Read More"])
+    assert trim_to_core(text)[0] == f"{PARA}\n{not_cut}\nRead More\n{not_cut}"
+
+
+def test_page_with_a_teaser_list_is_trimmed_like_the_peer(scrapinghub_pages):
+    """Scrapinghub page 264dc3ae: six "Read More" teasers after a sports report kept the
+    core open to the end of the page (F1 0.711 for ours, 1.000 for trafilatura)."""
+    [(_, raw, truth)] = [page for page in scrapinghub_pages if page[0].startswith("264dc3ae")]
+    for method in (Method.RESILIPARSE, Method.CASCADE):
+        out = extract_html(raw, "", method).text
+        assert "Read More" not in out and "GEEK Squad" not in out
+        assert precision_recall_f1(out, truth)[2] >= 0.94
+
+
 @pytest.fixture(scope="module")
 def scrapinghub_pages():
     return load_pages(shared("html", "scrapinghub"))
 
 
-@pytest.mark.parametrize("method,min_f1", [(Method.RESILIPARSE, 0.94), (Method.TRAFILATURA, 0.96),
-                                           (Method.CASCADE, 0.945)])
+@pytest.mark.parametrize("method,min_f1", [(Method.RESILIPARSE, 0.945), (Method.TRAFILATURA, 0.96),
+                                           (Method.CASCADE, 0.95)])
 def test_quality_on_scrapinghub(scrapinghub_pages, method, min_f1):
     """Token F1 against the hand-made articleBody of 90 real pages."""
     scores = [precision_recall_f1(extract_html(raw, "", method).text, truth)[2]
