@@ -4,11 +4,13 @@ JSONL, the review page in headless Chromium) → import → label stage → retr
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import glob
 import io
 import json
 import re
 import time
+from datetime import datetime, timedelta, timezone
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -19,7 +21,7 @@ import yaml
 from models.labeller import Labeller
 from pipelines.config import ConfigError, load_config
 from pipelines.labeller import main as labeller_main
-from pipelines.review import (load_queue, main as review_main, merge_reviews,
+from pipelines.review import (import_reviews, load_queue, main as review_main, merge_reviews,
                               parse_jsonl, parse_label_studio)
 from pipelines.review_page import ReviewSession
 from pipelines.review_server import serve
@@ -407,7 +409,8 @@ def test_malformed_exports_are_set_aside_not_crashes():
     assert [x["value"] for x in c] == ["fr"] and [x["reason"] for x in p] == ["nested_too_deeply"]
 
 
-def test_import_command_sets_aside_malformed_files(tmp_path, capsys):
+def queued_job(tmp_path: Path) -> Path:
+    """A job config whose output holds a review queue of ``TASKS`` (no stage run)."""
     out = tmp_path / "out"
     queue = out / "review" / "queue-20260101T000000"
     queue.mkdir(parents=True)
@@ -417,6 +420,62 @@ def test_import_command_sets_aside_malformed_files(tmp_path, capsys):
     config = tmp_path / "job.yaml"
     config.write_text(yaml.safe_dump({"output": str(out), "inputs": [{"format": "jsonl", "path": str(tmp_path / "docs.jsonl")}],
                                       "label": label_section(str(tmp_path / "models"))}))
+    return config
+
+
+def test_import_counts_and_stores_every_file_exactly(tmp_path):
+    """Every file of one import: our JSONL (a non-ASCII reviewer), a Label Studio export,
+    broken JSON, JSON nested too deeply, a ``.jsonl`` whose first line is an array (read
+    as JSONL by its name, not as an export), a stray non-UTF-8 byte. The report's every field, the set-aside rows
+    and the stored reviews, written as UTF-8 text under a UTC timestamp."""
+    config = load_config(str(queued_job(tmp_path)), check_models=False)
+    texts = {"ok.jsonl": json.dumps({"task_id": "t1", "labels": {"language": "fr"}, "reviewer": "Zoë Ødegaard"},
+                                    ensure_ascii=False) + "\n" + json.dumps({"task_id": "t2", "labels": {"language": "es"}}),
+             "export.json": "\n  " + json.dumps([{"data": {"task_id": "t3"}, "annotations": [{"completed_by": 7, "result": [
+                 {"from_name": "language", "type": "choices", "value": {"choices": ["fr"]}}]}]},
+                 {"data": {"task_id": "t1"}, "annotations": 5}]),
+             "broken.json": "[{not json — Zoë \udcff",
+             "deep.json": "[" * 100_000 + "]" * 100_000,
+             "array.jsonl": '["not an answer"]\n'}
+    paths = []
+    for name, text in texts.items():
+        (tmp_path / name).write_bytes(text.encode("utf-8", "surrogateescape"))  # broken.json: a stray 0xff
+        paths.append(str(tmp_path / name))
+    before = datetime.now(timezone.utc)
+    report = import_reviews(config, paths)
+    assert report == {"files": paths, "candidates": 3, "accepted": 3, "accepted_model_agreed": 1,
+                      "accepted_corrected": 2, "set_aside": 4, "known_tasks": 3,
+                      "set_aside_by_reason": {"malformed_annotations": 1, "not_json": 1, "nested_too_deeply": 1,
+                                              "malformed_answer": 1}}
+    review = Path(config.output) / "review"
+    [aside_file] = (review / "set_aside").iterdir()
+    [reviews_file] = (review / "reviews").iterdir()
+    for stored in (aside_file, reviews_file):
+        assert re.fullmatch(r"\d{8}T\d{12}\.jsonl", stored.name)
+        stamp = datetime.strptime(stored.name[:-6], "%Y%m%dT%H%M%S%f").replace(tzinfo=timezone.utc)
+        assert before - timedelta(seconds=1) <= stamp <= datetime.now(timezone.utc)
+    aside = [json.loads(line) for line in aside_file.read_text(encoding="utf-8").splitlines()]
+    assert [(a["reason"], a["source"], sorted(a)) for a in aside][1:] == [
+        ("not_json", paths[2], ["error", "raw", "reason", "source"]),
+        ("nested_too_deeply", paths[3], ["raw", "reason", "source"]),
+        ("malformed_answer", f"{paths[4]}:1", ["raw", "reason", "source"])]
+    assert (aside[0]["reason"], aside[0]["source"]) == ("malformed_annotations", f"{paths[1]}[1].annotations")
+    aside = aside[1:]
+    # the stray byte decoded as U+FFFD, the file still read
+    assert aside[0]["raw"] == "[{not json — Zoë \ufffd" and aside[0]["error"].startswith("Expecting property name")
+    assert aside[1]["raw"] == texts["deep.json"][:2000] and aside[2]["raw"] == ["not an answer"]
+    assert "— Zoë" in aside_file.read_text(encoding="utf-8")  # UTF-8 text, not \u escapes
+    stored = [json.loads(line) for line in reviews_file.read_text(encoding="utf-8").splitlines()]
+    assert [(r["task_id"], r["doc_id"], r["value"], r["model_value"], r["reviewer"]) for r in stored] == [
+        ("t1", "d1", "fr", "de", "Zoë Ødegaard"), ("t2", "d2", "es", "en", ""), ("t3", "d3", "fr", "", "7")]
+    assert "Zoë Ødegaard" in reviews_file.read_text(encoding="utf-8")
+    with pytest.raises(ValueError, match=r"job\.yaml: no label: section"):
+        import_reviews(dataclasses.replace(config, label=None), paths)
+
+
+def test_import_command_sets_aside_malformed_files(tmp_path, capsys):
+    config = queued_job(tmp_path)
+    out = tmp_path / "out"
     files = {"deep.json": "[" * 100_000 + "]" * 100_000,
              "annotations.json": json.dumps([{"data": {"task_id": "t1"}, "annotations": 5}]),
              "result.json": json.dumps([{"data": {"task_id": "t1"}, "annotations": [{"result": 5}]}]),
@@ -441,3 +500,24 @@ def test_set_aside_excerpts_are_bounded():
     assert cut == '["' + "y" * (RAW_LIMIT - 2) + " [...]"
     assert raw_excerpt(json.loads("[" * RAW_DEPTH + "]" * RAW_DEPTH)) != "[nested more than 20 levels deep]"
     assert raw_excerpt(json.loads("[" * (RAW_DEPTH + 1) + "]" * (RAW_DEPTH + 1))) == "[nested more than 20 levels deep]"
+
+
+def test_import_command_line_exit_codes_and_report(tmp_path, capsys):
+    """`python -m pipelines.review import`: a command and --config are required (argparse
+    exits 2), an unreadable config is exit 2 with one error line, and the report is
+    printed as indented JSON, then how to apply the reviews."""
+    for argv in ([], ["import", str(tmp_path / "a.jsonl")]):
+        with pytest.raises(SystemExit) as exit_:
+            review_main(argv)
+        assert exit_.value.code == 2
+    capsys.readouterr()
+    assert review_main(["import", "--config", str(tmp_path / "missing.yaml"), "a.jsonl"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "missing.yaml" in err and err.count("\n") == 1
+    config = queued_job(tmp_path)  # its labeller is not trained: import does not need it
+    (tmp_path / "a.jsonl").write_text(json.dumps({"task_id": "t1", "labels": {"language": "fr"}}) + "\n")
+    assert review_main(["import", "--config", str(config), str(tmp_path / "a.jsonl")]) == 0
+    printed = capsys.readouterr().out
+    report, hint = printed.split("\nrun the label stage again")
+    assert report.startswith('{\n  "files": [\n    "') and json.loads(report)["accepted"] == 1
+    assert hint == f" to apply them: python -m pipelines.run --config {config} --stages label\n"
