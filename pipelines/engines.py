@@ -92,7 +92,12 @@ JOB_SERVER_HEAP = "--job_server_jvm_properties=-Xmx2g"
 # a dedup_exact of 5,000 documents; 742 in 85 minutes of a 3M run), a new harness in the
 # driver with LOOPBACK. Kept 10 s, the same 5,000 documents started 4 workers and ran in
 # 58 s instead of 175 (Spark local[2], a pool; docs/BENCHMARKS.md). Flink's embedded
-# runner reads the same option.
+# runner reads the same option. Only for LOOPBACK workers: with a pool, the kept workers
+# live through a whole stage and grow with its data (1M documents: 2.0 GB summed in
+# dedup_exact), and the 1M run with the pool and the cache ran the Spark JVM's 2 GB heap
+# out in dedup_minhash and hung; the same run without the cache finished (2026-12-03).
+# A pool's job pays worker starts (one every ~7 s) for that; jobs that get a pool are the
+# ones larger than memory. A user's own --environment_cache_millis wins either way.
 ENVIRONMENT_CACHE = "--environment_cache_millis=10000"
 
 SPARK_PARTITIONS = 64
@@ -181,6 +186,7 @@ class Engine:
         environment = (["--environment_type=EXTERNAL", f"--environment_config={worker_pool}",
                         "--sdk_worker_parallelism=2"] if worker_pool
                        else ["--environment_type=LOOPBACK"])
+        keep_environment = [] if worker_pool else [ENVIRONMENT_CACHE]  # Flink and Spark
         if self.name == "direct":
             return ["--runner=FnApiRunner"]
         if self.name == "direct-mp":
@@ -188,14 +194,13 @@ class Engine:
                     "--direct_num_workers=2"]
         if self.name == "flink":
             return ["--runner=FlinkRunner", "--flink_master=[local]", f"--flink_version={FLINK_VERSION}",
-                    f"--flink_job_server_jar={path}", "--parallelism=2", JOB_SERVER_HEAP,
-                    ENVIRONMENT_CACHE] + environment
+                    f"--flink_job_server_jar={path}", "--parallelism=2", JOB_SERVER_HEAP] + keep_environment + environment
         if self.name == "spark":
             partitions = spark_partitions(input_bytes)
             return ["--runner=SparkRunner", "--spark_master_url=local[2]",
                     f"--spark_job_server_jar={path}", JOB_SERVER_HEAP,
                     f"--job_server_jvm_properties=-Dspark.default.parallelism={partitions}",
-                    *SPARK_TUNING, ENVIRONMENT_CACHE] + environment
+                    *SPARK_TUNING] + keep_environment + environment
         # Beam's portable runner puts job_server_timeout (300 s) on the job-state stream
         # when the preparation id is the job id, as on Prism: every stage longer than
         # 5 minutes failed with DEADLINE_EXCEEDED (1M documents). The other calls it
