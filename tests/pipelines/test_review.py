@@ -425,9 +425,10 @@ def queued_job(tmp_path: Path) -> Path:
 
 def test_import_counts_and_stores_every_file_exactly(tmp_path):
     """Every file of one import: our JSONL (a non-ASCII reviewer), a Label Studio export,
-    broken JSON, JSON nested too deeply, a ``.jsonl`` whose first line is an array (read
-    as JSONL by its name, not as an export), a stray non-UTF-8 byte. The report's every field, the set-aside rows
-    and the stored reviews, written as UTF-8 text under a UTC timestamp."""
+    broken JSON with a stray non-UTF-8 byte, JSON nested too deeply, a ``.jsonl`` whose
+    first line is an array (read as JSONL by its name, not as an export). The report's
+    every field, the set-aside rows and the stored reviews, written as UTF-8 text under a
+    UTC timestamp."""
     config = load_config(str(queued_job(tmp_path)), check_models=False)
     texts = {"ok.jsonl": json.dumps({"task_id": "t1", "labels": {"language": "fr"}, "reviewer": "Zoë Ødegaard"},
                                     ensure_ascii=False) + "\n" + json.dumps({"task_id": "t2", "labels": {"language": "es"}}),

@@ -248,7 +248,9 @@ def trim_to_core(text: str) -> tuple[str, int, int]:
     """
     lines = [line for line in text.split("\n") if line.strip()]
     flags = [is_paragraph(line) for line in lines]
-    truncated = [bool(_TRUNCATED.search(line)) for line in lines]
+    # the regex only for lines whose last characters hold an ellipsis (few of them)
+    truncated = [("..." in line[-6:] or "\u2026" in line[-4:]) and bool(_TRUNCATED.search(line))
+                 for line in lines]
     if sum(truncated) >= TEASER_LIST_MIN:
         flags = [flag and not cut for flag, cut in zip(flags, truncated)]
     if not any(flags):
