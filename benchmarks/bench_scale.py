@@ -19,7 +19,12 @@ tree (the sum of every process's PSS, sampled each second: shared pages are not 
 twice), also per stage and process (``peak_by_stage_mb``: where a tree grows). A size
 runs only on the engines that finished the size before. Every engine's
 outputs are compared with the first engine's (counts per stage, the tokens' index).
-Results are appended to ``<work>/results.jsonl``.
+Results are appended to ``<work>/results.jsonl``. While a run goes on, the sampler
+rewrites ``<work>/progress-ENGINE-N.json`` every 10 seconds (the stage running, the peaks
+so far, per stage and process), so a run stopped midway (a timeout, the memory limit,
+Ctrl-C, a killed benchmark) still leaves where its memory went; an interrupted run is
+stopped, written to ``results.jsonl`` with ``"exit": "interrupted"``, and the benchmark
+ends there (exit 130). ``kill`` (TERM) to the benchmark does the same.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import os
 import random
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -169,58 +175,90 @@ class TreeSampler(threading.Thread):
     seconds each process was last seen with; with ``output``, also each process name's
     peak per stage (where a process tree grows is a stage question)."""
 
-    def __init__(self, pid: int, limit_kb: int, output: Optional[Path] = None) -> None:
+    def __init__(self, pid: int, limit_kb: int, output: Optional[Path] = None,
+                 progress: Optional[Path] = None, interval_s: float = 1.0, snapshot_every: int = 10) -> None:
         super().__init__(daemon=True)
         self.pid, self.peak_kb, self.cpu, self.limit_kb, self.over = pid, 0, {}, limit_kb, False
         self.at_peak: dict[str, int] = {}  # process name → PSS MB at the peak
-        self.output = output
+        self.output, self.progress = output, progress
         self.by_stage: dict[str, dict[str, int]] = {}  # stage → process name → its peak PSS MB
+        self.interval_s, self.snapshot_every, self.samples = interval_s, snapshot_every, 0
+        self.started = time.monotonic()
         self.stop = threading.Event()
 
+    def snapshot(self) -> dict[str, Any]:
+        """The figures so far, as ``run_engine`` reports them at the end."""
+        return {"elapsed_s": round(time.monotonic() - self.started, 1), "samples": self.samples,
+                "stage": stage_running(self.output), "peak_pss_mb": round(self.peak_kb / 1024),
+                "peak_by_process_mb": dict(self.at_peak),
+                "peak_by_stage_mb": {k: dict(v) for k, v in self.by_stage.items()},
+                "cpu_s_sampled": round(sum(self.cpu.values()), 1)}
+
+    def write_progress(self) -> None:
+        """``progress`` replaced whole (a reader never sees half a file)."""
+        if self.progress is None:
+            return
+        tmp = self.progress.with_name(self.progress.name + ".tmp")
+        tmp.write_text(json.dumps(self.snapshot()) + "\n")
+        os.replace(tmp, self.progress)
+
     def run(self) -> None:
-        while not self.stop.wait(1.0):
-            pids = [self.pid] + _descendants(self.pid)
-            sizes = {p: _pss_kb(p) for p in pids}
-            named: dict[str, int] = {}
+        while not self.stop.wait(self.interval_s):
+            self.sample()
+            if self.samples % self.snapshot_every == 0:
+                self.write_progress()
+        self.write_progress()
+
+    def sample(self) -> None:
+        """One look at the tree: its PSS and CPU seconds; past the limit, the tree is killed."""
+        self.samples += 1
+        pids = [self.pid] + _descendants(self.pid)
+        sizes = {p: _pss_kb(p) for p in pids}
+        named: dict[str, int] = {}
+        for p, kb in sizes.items():
+            named[_name(p)] = named.get(_name(p), 0) + kb // 1024
+        stage = self.by_stage.setdefault(stage_running(self.output), {})
+        for name, mb in named.items():
+            stage[name] = max(stage.get(name, 0), mb)
+        if sum(sizes.values()) > self.peak_kb:
+            self.peak_kb = sum(sizes.values())
+            self.at_peak = {}
             for p, kb in sizes.items():
-                named[_name(p)] = named.get(_name(p), 0) + kb // 1024
-            stage = self.by_stage.setdefault(stage_running(self.output), {})
-            for name, mb in named.items():
-                stage[name] = max(stage.get(name, 0), mb)
-            if sum(sizes.values()) > self.peak_kb:
-                self.peak_kb = sum(sizes.values())
-                self.at_peak = {}
-                for p, kb in sizes.items():
-                    name = _name(p)
-                    self.at_peak[name] = self.at_peak.get(name, 0) + kb // 1024
-            for p in pids:
-                self.cpu[p] = max(self.cpu.get(p, 0.0), _cpu_s(p))
-            if sum(sizes.values()) > self.limit_kb and not self.over:
-                self.over = True  # stop before the machine's OOM killer picks a victim
+                name = _name(p)
+                self.at_peak[name] = self.at_peak.get(name, 0) + kb // 1024
+        for p in pids:
+            self.cpu[p] = max(self.cpu.get(p, 0.0), _cpu_s(p))
+        if sum(sizes.values()) > self.limit_kb and not self.over:
+            self.over = True  # stop before the machine's OOM killer picks a victim
+            try:
                 os.killpg(self.pid, 9)
+            except ProcessLookupError:
+                pass
 
 
 def run_engine(engine: str, config: Path, log: Path, timeout_s: float,
-               extra: tuple[str, ...] = (), limit_gb: float = 20.0, output: Optional[Path] = None) -> dict[str, Any]:
+               extra: tuple[str, ...] = (), limit_gb: float = 20.0, output: Optional[Path] = None,
+               progress: Optional[Path] = None) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "pipelines.run", "--config", str(config), "--engine", engine,
            "--no-progress", "--no-report", "--log-level", "INFO"] + list(extra)
     t0 = time.perf_counter()
     with log.open("w") as out:
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        sampler = TreeSampler(proc.pid, int(limit_gb * 1024 * 1024), output)
+        sampler = TreeSampler(proc.pid, int(limit_gb * 1024 * 1024), output, progress)
         sampler.start()
         deadline = time.monotonic() + timeout_s
         status, usage = None, None
         while status is None:
-            pid, raw, ru = os.wait4(proc.pid, os.WNOHANG)
-            if pid:
-                status, usage = os.waitstatus_to_exitcode(raw), ru
-            elif time.monotonic() > deadline:
-                os.killpg(proc.pid, 9)
-                _, raw, usage = os.wait4(proc.pid, 0)
-                status = "timeout"
-            else:
-                time.sleep(0.5)
+            try:
+                pid, raw, ru = os.wait4(proc.pid, os.WNOHANG)
+                if pid:
+                    status, usage = os.waitstatus_to_exitcode(raw), ru
+                elif time.monotonic() > deadline:
+                    status, usage = "timeout", _stop_tree(proc.pid)
+                else:
+                    time.sleep(0.5)
+            except KeyboardInterrupt:  # the figures so far are written, then the benchmark ends
+                status, usage = "interrupted", _stop_tree(proc.pid)
         sampler.stop.set()
         sampler.join()
         if sampler.over:
@@ -233,6 +271,19 @@ def run_engine(engine: str, config: Path, log: Path, timeout_s: float,
             "cpu_s_wait4": round(tree_cpu, 1), "cpu_s_sampled": round(sum(sampler.cpu.values()), 1),
             "peak_pss_mb": round(sampler.peak_kb / 1024), "peak_by_process_mb": sampler.at_peak,
             "peak_by_stage_mb": sampler.by_stage}
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _stop_tree(pid: int) -> Any:
+    """SIGKILL to the run's process group (it has a session of its own), then its usage."""
+    try:
+        os.killpg(pid, 9)
+    except ProcessLookupError:
+        pass
+    return os.wait4(pid, 0)[2]
 
 
 # --- outputs ---------------------------------------------------------------------------
@@ -273,6 +324,10 @@ def main(argv: Optional[list[str]] = None) -> int:
                         help="a Beam option for every run, e.g. --beam-arg=--job_server_jvm_properties=-Xmx2g")
     args = parser.parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
+    # the run has a session of its own (a Ctrl-C in the terminal would not reach it): an
+    # interrupt or a TERM to the benchmark stops the run's tree and records how far it got
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _interrupt)
     engines = list(args.engines)
     cores = os.cpu_count() or 1
     for n in args.sizes:
@@ -283,7 +338,8 @@ def main(argv: Optional[list[str]] = None) -> int:
             output = args.work / f"out-{engine}-{n}"
             shutil.rmtree(output, ignore_errors=True)
             result = run_engine(engine, job_config(args.work, data, output), args.work / f"log-{engine}-{n}.txt",
-                                args.timeout_h * 3600, tuple(args.beam_args), args.max_memory_gb, output)
+                                args.timeout_h * 3600, tuple(args.beam_args), args.max_memory_gb, output,
+                                args.work / f"progress-{engine}-{n}.json")
             result["beam_args"] = args.beam_args
             result.update(docs=n, cores=cores, input_bytes=data.stat().st_size)
             if result["exit"] == 0:
@@ -300,6 +356,8 @@ def main(argv: Optional[list[str]] = None) -> int:
             print(json.dumps(result), flush=True)
             if not args.keep:
                 shutil.rmtree(output, ignore_errors=True)
+            if result["exit"] == "interrupted":
+                return 130
         engines = finished
         if not engines:
             break
