@@ -63,7 +63,8 @@ class Target:
 
 MODULES: dict[str, Target] = {
     "rules": Target(("transforms/clean/rules.py",), ("tests/transforms/test_rules.py",)),
-    "clean": Target(("transforms/clean/clean.py",), ("tests/transforms/test_clean.py",)),
+    "clean": Target(("transforms/clean/clean.py",), ("tests/transforms/test_clean_select.py",
+                                                      "tests/transforms/test_clean.py")),
     "robots": Target(("transforms/crawl/robots.py",), ("tests/transforms/test_urls_robots.py",)),
     "dedup": Target(("transforms/dedup/minhash.py", "transforms/dedup/components.py",
                      "transforms/dedup/dedup.py"), ("tests/transforms/test_dedup.py",),
@@ -186,16 +187,22 @@ for name in mutants:
 """
 
 
-def recheck(name: str, work: Path, target: Target, timeout: int = 120) -> dict[str, str]:
+def recheck(name: str, work: Path, target: Target, timeout: int = 120,
+            only: tuple[str, ...] = ()) -> dict[str, str]:
     """The mutants the last run of ``name`` did not kill, each run again against the test
     files as they are now (copied into ``mutants/``), in a forked child per mutant: how
-    the new tests of an entry are measured without a full run."""
-    for test in target.tests:
+    the new tests of an entry are measured without a full run. ``only``: some of the
+    entry's test files (a kill by any test file counts, so the new ones are enough)."""
+    unknown = [t for t in only if t not in target.tests]
+    if unknown:
+        raise ValueError(f"{unknown} are not test files of {name}: {list(target.tests)}")
+    tests = only or target.tests
+    for test in tests:
         shutil.copy(ROOT / test, work / "mutants" / test)
     status = statuses(work)
     todo = sorted(m for m, state in status.items() if state != "killed")
     select = SELECT if not target.skip else ["-m", SELECT[1], "-k", f"not ({target.skip})"]
-    args = ["-p", "no:cacheprovider", *select, *target.tests]
+    args = ["-p", "no:cacheprovider", *select, *tests]
     env = {**os.environ, "PYTHONPATH": f".{os.pathsep}{LIB}", "TOKENFACTORY_SHARED_DATA": os.environ.get(
         "TOKENFACTORY_SHARED_DATA", str(ROOT.parent / "shared" / "data"))}
     out = subprocess.run([sys.executable, "-c", _RECHECK, str(timeout), "\x1f".join(args), *todo],
@@ -212,6 +219,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="no run: write report.md again from each entry's last run")
     parser.add_argument("--recheck", action="store_true",
                         help="no run: the mutants the last run did not kill, against the tests as they are now")
+    parser.add_argument("--recheck-tests", nargs="+", default=[], metavar="FILE",
+                        help="with --recheck: only these of the entry's test files (e.g. the new ones)")
     args = parser.parse_args(argv)
     unknown = [n for n in args.names if n not in MODULES]
     if unknown:
@@ -220,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         target = MODULES[name]
         work = prepare(name, target)
         if args.recheck:
-            results = recheck(name, work, target)
+            results = recheck(name, work, target, only=tuple(args.recheck_tests))
             for mutant, verdict in results.items():
                 print(f"{mutant}: {verdict}")
             killed = sum(v == "killed" for v in results.values())
