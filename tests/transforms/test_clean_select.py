@@ -17,8 +17,8 @@ from tests.cleanmodels import unwrap
 from tests.conftest import shared
 from transforms.clean import clean as clean_mod
 from transforms.clean.clean import (AnomalyConfig, CleanConfig, LangIdConfig, QualityConfig, _CleanBatchFn,
-                                    _cut_of, _split_by_quantile, _threshold, canonical_languages, rules_apply,
-                                    select, valid_utf8)
+                                    _cut_of, _SelectFn, _split_by_quantile, _threshold, canonical_languages,
+                                    rules_apply, select, valid_utf8)
 from transforms.clean.rules import QualityRules
 from transforms.clean.signals import compute_signals
 from transforms.doc import Doc, Rejected
@@ -120,6 +120,17 @@ def test_quality_is_rejected_below_its_threshold_only(good: Doc) -> None:
     assert select(dataclasses.replace(good, quality_score=None), cfg(), None) is None
     # the detector decides before the classifier
     assert select(dataclasses.replace(below, anomaly_score=0.9), cfg(), 0.5)[0] == "anomaly"
+
+
+def test_the_select_step_of_the_runinference_path_keeps_or_rejects_with_the_verdict(good: Doc) -> None:
+    step = _SelectFn(cfg(), 0.5)
+    assert list(step.process(good)) == [good]
+    (out,) = step.process(dataclasses.replace(good, anomaly_score=0.7))
+    assert isinstance(out, TaggedOutput) and out.tag == REJECTED
+    assert (out.value.doc.id, out.value.reason, out.value.detail) == ("good", "anomaly", "0.7 > 0.5")
+    assert list(_SelectFn(cfg(), None).process(dataclasses.replace(good, anomaly_score=0.7)))[0].id == "good"
+    (short,) = _SelectFn(cfg(), 0.5).process(few_words(good))
+    assert short.value.reason == "gopher_min_words"
 
 
 def test_the_top_fraction_cut_is_the_rounded_quantile() -> None:

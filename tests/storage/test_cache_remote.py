@@ -1,0 +1,291 @@
+"""The shard cache's remote path without a server: versions in fsspec's in-memory
+filesystem (``memory://``: not local, so every shard is downloaded into the hot folder,
+as from S3) and a filesystem that fails a set number of reads. Downloads, retries,
+hits, bad cached copies, memory maps, document indexes, pins and pickling, each
+decision checked at its edge (fast enough to run against every mutant of cache.py)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+from pathlib import Path
+
+import fsspec
+import numpy as np
+import pytest
+from fsspec.implementations.memory import MemoryFileSystem
+
+from storage.cache import CacheStats, ShardCache, _stamp
+from storage.hotdir import CacheFullError
+from storage.shards import HEADER_SIZE, ShardError, decode_shard
+from tests.storage.datasets import make_version
+
+VOCAB = {"vocab_size": 100_000, "dtype": "uint32"}
+
+
+class FlakyFS(MemoryFileSystem):
+    """``memory://`` whose ``open`` for reading raises ``OSError`` while ``failures``
+    is above 0 (a dropped connection), counting every open."""
+
+    protocol = "flaky"
+    root_marker = "/"
+    failures = 0
+    opens = 0
+
+    @classmethod
+    def _strip_protocol(cls, path):
+        return super()._strip_protocol(str(path).removeprefix("flaky://"))
+
+    def _open(self, path, mode="rb", **kwargs):
+        if "r" in mode:
+            type(self).opens += 1
+            if type(self).failures > 0:
+                type(self).failures -= 1
+                raise OSError("connection reset by peer")
+        return super()._open(path, mode, **kwargs)
+
+
+fsspec.register_implementation("flaky", FlakyFS, clobber=True)
+
+
+@pytest.fixture
+def remote(tmp_path, request):
+    """A 6-shard version in memory: (index url, local copy's folder)."""
+    make_version(tmp_path / "src", extra=VOCAB)
+    name = hashlib.sha256(request.node.nodeid.encode()).hexdigest()[:12]
+    fs = fsspec.filesystem("memory")
+    for f in sorted((tmp_path / "src").iterdir()):
+        fs.pipe(f"/{name}/v1/{f.name}", f.read_bytes())
+    yield f"memory://{name}/v1/index.json", tmp_path / "src"
+    fs.rm(f"/{name}", recursive=True)
+
+
+def cache_at(tmp_path: Path, **kw) -> ShardCache:
+    return ShardCache(hot_dir=str(tmp_path / "hot"), backoff_s=0.001, **kw)
+
+
+def test_a_remote_shard_is_downloaded_once_then_a_hit(tmp_path, remote):
+    url, src = remote
+    cache = cache_at(tmp_path)
+    path = cache.local_path(url, "shard-00001.tfs")
+    tag = hashlib.sha256(url.encode()).hexdigest()[:8]
+    assert path == os.path.join(cache.hot.root, f"v1-{tag}", "shard-00001.tfs")
+    assert Path(path).read_bytes() == (src / "shard-00001.tfs").read_bytes()
+    size = (src / "shard-00001.tfs").stat().st_size
+    s = cache.stats
+    assert (s.misses, s.hits, s.bytes_fetched, s.verified, s.retries) == (1, 0, size, 1, 0)
+    assert cache.local_path(url, "shard-00001.tfs") == path
+    assert (s.misses, s.hits, s.verified) == (1, 1, 1)  # checked once per process
+    assert s.hit_rate == 0.5 and CacheStats().hit_rate == 0.0
+    # another process (a new cache on the same folder) finds the copy: a hit, checked once by it
+    other = cache_at(tmp_path)
+    assert other.local_path(url, "shard-00001.tfs") == path
+    assert (other.stats.misses, other.stats.hits, other.stats.verified, other.stats.bytes_fetched) == (0, 1, 1, 0)
+    assert cache.used_bytes() == size
+    assert not [p for p in Path(cache.hot.root).rglob("*.partial*")]
+
+
+def test_two_versions_of_one_name_never_share_a_folder(tmp_path, remote):
+    url, src = remote
+    cache = cache_at(tmp_path)
+    other_url = url.replace("/v1/", "/v1-copy/")
+    fs = fsspec.filesystem("memory")
+    for f in sorted(src.iterdir()):
+        fs.pipe(other_url.split("://", 1)[1].rsplit("/", 1)[0] + "/" + f.name, f.read_bytes())
+    a, b = cache.path_of(url, "shard-00000.tfs"), cache.path_of(other_url, "shard-00000.tfs")
+    assert a != b and os.path.dirname(a) != os.path.dirname(b)
+    assert os.path.basename(os.path.dirname(a)).startswith("v1-")  # the index's version, then the tag
+    assert cache.local_path(other_url, "shard-00000.tfs") == b
+    assert not os.path.exists(a)  # path_of fetches nothing
+    with pytest.raises(ShardError, match="not listed"):
+        cache.path_of(url, "shard-00099.tfs")
+
+
+@pytest.mark.parametrize("failures,retries,ok", [(0, 0, True), (2, 2, True), (3, 2, False), (1, 0, False)])
+def test_downloads_retry_dropped_connections_up_to_the_limit(tmp_path, remote, failures, retries, ok):
+    url, src = remote
+    flaky = url.replace("memory://", "flaky://")
+    cache = cache_at(tmp_path, retries=retries)
+    cache.read_index(flaky)  # the index read is not what fails here
+    FlakyFS.failures, FlakyFS.opens = failures, 0
+    try:
+        if ok:
+            path = cache.local_path(flaky, "shard-00002.tfs")
+            assert Path(path).read_bytes() == (src / "shard-00002.tfs").read_bytes()
+            assert cache.stats.retries == failures and cache.stats.misses == 1
+        else:
+            with pytest.raises(OSError, match="connection reset"):
+                cache.local_path(flaky, "shard-00002.tfs")
+            assert cache.stats.retries == retries and cache.stats.misses == 0
+            assert not [p for p in Path(cache.hot.root).rglob("*") if p.is_file() and p.name != ".lock"]
+        assert FlakyFS.opens == min(failures, retries) + 1  # each attempt opens the shard once
+    finally:
+        FlakyFS.failures = 0
+
+
+def test_a_missing_remote_shard_is_named_and_not_retried(tmp_path, remote):
+    url, _ = remote
+    fsspec.filesystem("memory").rm(url.split("://", 1)[1].rsplit("/", 1)[0] + "/shard-00003.tfs")
+    cache = cache_at(tmp_path, retries=3)
+    with pytest.raises(ShardError, match=r"shard-00003.tfs: missing at memory://.*listed in"):
+        cache.local_path(url, "shard-00003.tfs")
+    assert cache.stats.retries == 0
+    with pytest.raises(ShardError, match="shard-00003.tfs: missing at"):
+        cache.doc_index(url, "shard-00003.tfs")
+
+
+def test_a_damaged_cached_copy_is_replaced_by_a_fresh_download(tmp_path, remote, caplog):
+    url, src = remote
+    path = cache_at(tmp_path).local_path(url, "shard-00000.tfs")
+    data = bytearray(Path(path).read_bytes())
+    data[HEADER_SIZE + 4] ^= 1
+    Path(path).write_bytes(bytes(data))
+    cache = cache_at(tmp_path)  # a process that has not checked it yet
+    assert cache.local_path(url, "shard-00000.tfs") == path
+    assert Path(path).read_bytes() == (src / "shard-00000.tfs").read_bytes()
+    assert (cache.stats.misses, cache.stats.hits) == (1, 0)
+    assert "removed a bad cached copy" in caplog.text
+
+
+def test_a_damaged_remote_shard_is_never_written_to_the_hot_folder(tmp_path, remote):
+    url, _ = remote
+    fs = fsspec.filesystem("memory")
+    remote_path = url.split("://", 1)[1].rsplit("/", 1)[0] + "/shard-00004.tfs"
+    data = bytearray(fs.cat_file(remote_path))
+    data[HEADER_SIZE + 4] ^= 1
+    fs.pipe(remote_path, bytes(data))
+    cache = cache_at(tmp_path, retries=2)
+    with pytest.raises(ShardError, match="shard-00004.tfs"):
+        cache.local_path(url, "shard-00004.tfs")
+    assert cache.stats.retries == 0  # damage is not a dropped connection
+    assert not [p for p in Path(cache.hot.root).rglob("*.tfs*")]
+    # verify=False: the checksum pass is skipped, the header and size still checked
+    lax = cache_at(tmp_path, verify=False)
+    assert Path(lax.local_path(url, "shard-00004.tfs")).read_bytes() == bytes(data)
+
+
+def test_tokens_are_a_read_only_map_kept_only_while_pinned(tmp_path, remote):
+    url, src = remote
+    cache = cache_at(tmp_path)
+    shard = decode_shard((src / "shard-00005.tfs").read_bytes())
+    tokens = cache.tokens(url, "shard-00005.tfs")
+    assert isinstance(tokens, np.memmap) and tokens.dtype == np.dtype("<u4") and not tokens.flags.writeable
+    assert np.array_equal(tokens, shard.tokens)
+    assert cache.tokens(url, "shard-00005.tfs") is not tokens  # not pinned: mapped anew
+    path = cache.local_path(url, "shard-00005.tfs", pin=True)
+    pinned = cache.tokens(url, "shard-00005.tfs")
+    assert cache.tokens(url, "shard-00005.tfs") is pinned and cache._pins == {path: 1}
+    cache.pin([path])
+    cache.unpin([path])
+    assert cache.tokens(url, "shard-00005.tfs") is pinned  # one pin left
+    cache.unpin([path])
+    assert cache._pins == {} and cache.tokens(url, "shard-00005.tfs") is not pinned
+
+
+def test_local_pins_count_per_path(tmp_path, remote):
+    _, src = remote
+    cache = cache_at(tmp_path)
+    index = str(src / "index.json")
+    path = cache.local_path(index, "shard-00001.tfs", pin=True)
+    assert path == str(src / "shard-00001.tfs") and cache._pins == {path: 1}
+    pinned = cache.tokens(index, "shard-00001.tfs")
+    cache.pin([path])
+    assert cache._pins == {path: 2}
+    cache.unpin([path])
+    assert cache.tokens(index, "shard-00001.tfs") is pinned
+    cache.unpin([path])
+    cache.unpin([path])  # never below zero
+    assert cache._pins == {} and cache._local_pins[path] == 0
+    assert cache.tokens(index, "shard-00001.tfs") is not pinned
+    with pytest.raises(ShardError, match="not in the hot cache"):
+        cache.pin([os.path.join(cache.hot.root, "v1-x", "shard-00001.tfs")])
+
+
+def test_an_empty_shard_has_no_tokens_to_map(tmp_path):
+    from storage.shards import encode_shard
+
+    data, d, t, sha = encode_shard([], np.dtype(np.uint16))
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "e.tfs").write_bytes(data)
+    (tmp_path / "d" / "index.json").write_text(
+        '{"version": "v1", "dtype": "uint16", "shards": [{"name": "e.tfs", "num_docs": %d, "num_tokens": %d, '
+        '"num_bytes": %d, "sha256": "%s"}]}' % (d, t, len(data), sha))
+    tokens = cache_at(tmp_path).tokens(str(tmp_path / "d" / "index.json"), "e.tfs")
+    assert tokens.shape == (0,) and tokens.dtype == np.dtype("<u2")
+
+
+def test_the_document_index_is_read_by_range_and_checked(tmp_path, remote):
+    url, src = remote
+    cache = cache_at(tmp_path)
+    shard = decode_shard((src / "shard-00002.tfs").read_bytes())
+    got = cache.doc_index(url, "shard-00002.tfs")
+    assert got.dtype == np.dtype("<u8") and np.array_equal(got, shard.index)
+    assert got[0] == 0 and got[-1] == len(shard.tokens) and len(got) == shard.num_docs + 1
+    assert cache.doc_index(url, "shard-00002.tfs") is got  # read once
+    assert cache.stats.misses == 0 and not [p for p in Path(cache.hot.root).rglob("*.tfs")]  # nothing downloaded
+    # a shard cut short inside its document index
+    fs = fsspec.filesystem("memory")
+    remote_path = url.split("://", 1)[1].rsplit("/", 1)[0] + "/shard-00003.tfs"
+    whole = fs.cat_file(remote_path)
+    fs.pipe(remote_path, whole[:-8])
+    with pytest.raises(ShardError, match=r"document index truncated \(\d+ of \d+ bytes\)"):
+        cache_at(tmp_path).doc_index(url, "shard-00003.tfs")
+
+
+def test_the_cache_pickles_its_settings_and_indexes_only(tmp_path, remote):
+    url, _ = remote
+    cache = ShardCache(hot_dir=str(tmp_path / "hot"), budget_bytes=123_456, verify=False, retries=7,
+                       backoff_s=0.5, full_wait_s=9.0)
+    cache.local_path(url, "shard-00000.tfs", pin=True)
+    clone = pickle.loads(pickle.dumps(cache))
+    assert (clone.hot_dir, clone.budget_bytes, clone.verify, clone.retries, clone.backoff_s, clone.full_wait_s) \
+        == (str(tmp_path / "hot"), 123_456, False, 7, 0.5, 9.0)
+    assert clone._indexes == cache._indexes and clone._indexes is not cache._indexes
+    assert clone.stats == CacheStats() and clone._pins == {} and clone._checked == {}
+    assert clone.hot.budget_bytes == 123_456
+    fsspec.filesystem("memory").rm(url.split("://", 1)[1])  # the clone does not read the index again
+    assert clone.path_of(url, "shard-00000.tfs") == cache.path_of(url, "shard-00000.tfs")
+
+
+def test_a_full_budget_waits_only_when_other_processes_could_free_it(tmp_path, remote):
+    url, src = remote
+    sizes = {f.name: f.stat().st_size for f in src.glob("*.tfs")}
+    largest, other, third = sorted(sizes, key=lambda n: (-sizes[n], n))[:3]
+    budget = sizes[largest] + sizes[other]
+    cache = cache_at(tmp_path, budget_bytes=budget, full_wait_s=0.2)
+    a = cache.local_path(url, largest, pin=True)
+    assert cache._others_may_free(sizes[other])  # room left beside this process's pin
+    assert cache._others_may_free(budget - sizes[largest]) and not cache._others_may_free(budget - sizes[largest] + 1)
+    b = cache.local_path(url, other, pin=True)
+    # both pinned by this process: no other process can free room, so no wait
+    assert not cache._others_may_free(1)
+    with pytest.raises(CacheFullError):
+        cache.local_path(url, third)
+    cache.unpin([a])
+    assert cache.local_path(url, third)  # the unpinned one is evicted for it
+    assert cache.stats.evictions == 1 and not os.path.exists(a) and os.path.exists(b)
+
+
+def test_reader_requests_are_counted_by_what_they_found(tmp_path, remote):
+    url, _ = remote
+    cache = cache_at(tmp_path)
+    cache.local_path(url, "shard-00000.tfs", pin=True)  # fetched by the request itself
+    assert (cache.stats.cold, cache.stats.ready, cache.stats.waited) == (1, 0, 0)
+    cache.local_path(url, "shard-00001.tfs")  # the prefetcher's way: no pin, not a request
+    cache.local_path(url, "shard-00001.tfs", pin=True)
+    assert (cache.stats.cold, cache.stats.ready, cache.stats.waited) == (1, 1, 0)
+    cache._count_request(waited=True, worked=False)
+    cache._count_request(waited=True, worked=True)
+    assert (cache.stats.cold, cache.stats.ready, cache.stats.waited) == (2, 1, 1)
+
+
+def test_a_file_read_in_place_is_identified_by_its_mtime_too(tmp_path):
+    path = tmp_path / "f"
+    path.write_bytes(b"x")
+    st = os.stat(path)
+    assert _stamp(str(path), hot=True) == (st.st_ino, st.st_size)
+    assert _stamp(str(path), hot=False) == (st.st_ino, st.st_size, st.st_mtime_ns)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    assert _stamp(str(path), hot=True) == (st.st_ino, st.st_size)
+    assert _stamp(str(path), hot=False) != (st.st_ino, st.st_size, st.st_mtime_ns)
