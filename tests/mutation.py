@@ -220,8 +220,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="no run: write report.md again from each entry's last run")
     parser.add_argument("--recheck", action="store_true",
                         help="no run: the mutants the last run did not kill, against the tests as they are now")
-    parser.add_argument("--recheck-tests", nargs="+", default=[], metavar="FILE",
-                        help="with --recheck: only these of the entry's test files (e.g. the new ones)")
+    parser.add_argument("--recheck-tests", action="append", default=[], metavar="FILE",
+                        help="with --recheck: only this one of the entry's test files (e.g. a new one); repeatable")
     args = parser.parse_args(argv)
     unknown = [n for n in args.names if n not in MODULES]
     if unknown:

@@ -148,7 +148,7 @@ def test_the_top_fraction_split_keeps_the_cut_itself(good: Doc) -> None:
     assert at == [dataclasses.replace(good, quality_score=0.3)]
     (below,) = _split_by_quantile(dataclasses.replace(good, quality_score=0.29), 0.3)
     assert isinstance(below, TaggedOutput) and below.tag == REJECTED
-    assert (below.value.reason, below.value.detail) == ("quality_low", "0.290 < top-fraction cut 0.300")
+    assert (below.value.doc.id, below.value.reason, below.value.detail) == ("good", "quality_low", "0.290 < top-fraction cut 0.300")
     assert list(_split_by_quantile(dataclasses.replace(good, quality_score=None), 0.3))[0].id == "good"
 
 
