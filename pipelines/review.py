@@ -295,6 +295,7 @@ def _serve(args: argparse.Namespace) -> int:
         pass
     finally:
         server.shutdown()
+        server.server_close()  # the listening socket too: the port is free when this returns
     return 0
 
 

@@ -79,7 +79,8 @@ MODULES: dict[str, Target] = {
                                                "tests/storage/test_loader_repeats.py")),
     "job": Target(("pipelines/job.py", "pipelines/run.py"), ("tests/pipelines/test_job_checks.py",
                                                              "tests/pipelines/test_run.py")),
-    "review": Target(("pipelines/review.py",), ("tests/pipelines/test_review.py",),
+    "review": Target(("pipelines/review.py",), ("tests/pipelines/test_review_queue.py",
+                                                 "tests/pipelines/test_review.py"),
                      skip="s3_output or other_runners or report_shows_labels or headless_chromium"),
 }
 
