@@ -1,0 +1,341 @@
+"""The job runner's decisions without a Beam pipeline: stages whose ``runner`` writes real
+Parquet outputs and returns counter totals, as a stage made of several pipelines does.
+Resume or rerun, what is cleared first, what the manifest records, the error-ratio
+limit and its message, the counts that do and do not reconcile, the failure of a stage
+in a job, and what ``pipelines.run`` prints and exits with (fast enough to run against
+every mutant of job.py and run.py)."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from pathlib import Path
+from types import SimpleNamespace
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import pipelines.job as job
+import pipelines.run as run
+from pipelines.config import load_config
+from pipelines.manifest import StageCounts, read_manifest
+from pipelines.stages import StagePlan
+
+
+def job_config(tmp_path: Path, max_error_ratio: float = 0.25, stages: str = "[extract]", sections: str = ""):
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    data = tmp_path / "docs.jsonl"
+    data.write_text('{"id": "d0", "text": "x"}\n')
+    path = tmp_path / "job.yaml"
+    path.write_text(f"""
+output: {tmp_path / 'out'}
+inputs:
+  - {{format: jsonl, path: "{data}"}}
+stages: {stages}
+extract: {{max_error_ratio: {max_error_ratio}}}
+beam_args: ["--runner=FnApiRunner", "--direct_num_workers=1"]
+{sections}""")
+    return load_config(str(path))
+
+
+def write_rows(directory: Path, n: int, name: str = "part-0.parquet", error: str = "boom") -> None:
+    """``n`` rows in a Parquet file, with the columns a failure row has."""
+    directory.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table({"error_type": ["ValueError"] * n, "error": [f"{error} {i}" for i in range(n)],
+                             "source": [f"in-{i}.jsonl" for i in range(n)], "offset": list(range(n))}),
+                   directory / name)
+
+
+class Stage:
+    """A stage's runner: writes ``out``, ``rejected`` and ``failed`` rows under the
+    output and returns the counter totals it was given; counts its calls."""
+
+    def __init__(self, output: str, name: str = "extract", out: int = 6, rejected: int = 3, failed: int = 1,
+                 totals: dict | None = None, error: str = "boom") -> None:
+        self.output, self.name, self.calls = Path(output), name, 0
+        self.rows = (out, rejected, failed)
+        self.error = error
+        self.totals = totals if totals is not None else {
+            "records_in": out + rejected + failed, "records_out": out, "rejected_short": 2, "rejected_lang": 1,
+            "failed_ValueError": failed, "pii_email": 4, "skipped_dup": 0}
+
+    def __call__(self, options) -> dict:
+        self.calls += 1
+        out, rejected, failed = self.rows
+        write_rows(self.output / "docs" / self.name, out)
+        if rejected:
+            write_rows(self.output / "rejected" / self.name, rejected)
+        if failed:
+            write_rows(self.output / "failed" / self.name, failed, error=self.error)
+        return dict(self.totals)
+
+    def plan(self, config_hash: str = "h1", fingerprint: str = "f1", **kw) -> StagePlan:
+        return StagePlan(name=self.name, config_hash=config_hash, inputs=("in-0.jsonl",), fingerprint=fingerprint,
+                         build=lambda p: None, runner=self, **kw)
+
+
+def options(config):
+    return job.pipeline_options(config, [])
+
+
+def test_a_stage_runs_counts_its_files_and_writes_its_manifest_last(tmp_path):
+    config = job_config(tmp_path)
+    stage = Stage(config.output)
+    extra_file = str(tmp_path / "out" / "extra.json")
+    plan = stage.plan(info=lambda: {"model_sha": "abc"}, outputs=lambda totals: [extra_file] * (totals["pii_email"] // 4))
+    Path(extra_file).parent.mkdir(parents=True, exist_ok=True)
+    Path(extra_file).write_text("{}")
+    report = job.run_stage(config, plan, options(config), force=False)
+    assert stage.calls == 1 and not report.skipped and report.seconds >= 0
+    assert report.counts == StageCounts(10, 6, 3, 1, {"lang": 1, "short": 2}, {"ValueError": 1})
+    assert report.counts.reconciles
+    assert report.counters == (("pii_email", 4), ("skipped_dup", 0))  # sorted, none of the counted ones
+    out = tmp_path / "out"
+    assert list(report.outputs) == [str(out / "docs" / "extract" / "part-0.parquet"),
+                                    str(out / "rejected" / "extract" / "part-0.parquet"),
+                                    str(out / "failed" / "extract" / "part-0.parquet"), extra_file]
+    manifest = read_manifest(config.output, "extract")
+    assert manifest.counts == report.counts and manifest.outputs == list(report.outputs)
+    assert (manifest.config_hash, manifest.inputs_fingerprint, manifest.inputs) == ("h1", "f1", ["in-0.jsonl"])
+    assert manifest.extra["counters"] == {"pii_email": 4, "skipped_dup": 0} and manifest.extra["model_sha"] == "abc"
+    assert manifest.runner == "FnApiRunner" and manifest.started_at <= manifest.finished_at
+    assert manifest.extra["seconds"] == round(manifest.extra["seconds"], 3)
+
+
+def test_a_matching_manifest_resumes_and_anything_else_reruns(tmp_path):
+    config = job_config(tmp_path)
+    stage = Stage(config.output)
+    first = job.run_stage(config, stage.plan(), options(config), force=False)
+    again = job.run_stage(config, stage.plan(), options(config), force=False)
+    assert stage.calls == 1 and again.skipped and again.seconds == 0.0
+    assert (again.counts, again.outputs, again.counters) == (first.counts, first.outputs, first.counters)
+    for changed in (dict(config_hash="h2"), dict(fingerprint="f2")):
+        job.run_stage(config, stage.plan(**changed), options(config), force=False)
+    assert stage.calls == 3
+    assert not job.run_stage(config, stage.plan(fingerprint="f2"), options(config), force=True).skipped
+    assert stage.calls == 4
+    (tmp_path / "out" / "rejected" / "extract" / "part-0.parquet").unlink()  # an output gone: rerun
+    assert not job.run_stage(config, stage.plan(fingerprint="f2"), options(config), force=False).skipped
+    assert stage.calls == 5
+    # another code version does not resume either
+    manifest_path = tmp_path / "out" / "manifests" / "extract.json"
+    data = json.loads(manifest_path.read_text())
+    data["code_version"] = "older"
+    manifest_path.write_text(json.dumps(data))
+    job.run_stage(config, stage.plan(fingerprint="f2"), options(config), force=False)
+    assert stage.calls == 6
+
+
+def test_old_outputs_and_owned_folders_are_cleared_before_a_stage_runs(tmp_path):
+    config = job_config(tmp_path)
+    out = tmp_path / "out"
+    write_rows(out / "docs" / "extract", 5, name="stale.parquet")
+    write_rows(out / "docs" / "clean", 2)  # another stage's: kept
+    report = job.run_stage(config, Stage(config.output).plan(), options(config), force=False)
+    assert report.counts.out == 6 and not (out / "docs" / "extract" / "stale.parquet").exists()
+    assert (out / "docs" / "clean" / "part-0.parquet").exists()
+    # the crawl stage owns crawl/: deleted whole before it runs
+    (out / "crawl" / "frontier").mkdir(parents=True)
+    (out / "crawl" / "frontier" / "x").write_text("old")
+    job.clear_outputs(config.output, job.spec_of("crawl"))
+    assert not (out / "crawl").exists() and (out / "docs" / "clean").exists()
+
+
+def test_counts_that_do_not_reconcile_are_reported_and_recorded(tmp_path, caplog):
+    config = job_config(tmp_path)
+    stage = Stage(config.output, totals={"records_in": 11, "failed_ValueError": 1})
+    with caplog.at_level(logging.ERROR, logger="pipelines.job"):
+        report = job.run_stage(config, stage.plan(), options(config), force=False)
+    assert report.counts == StageCounts(11, 6, 3, 1, {}, {"ValueError": 1}) and not report.counts.reconciles
+    assert "stage extract does not reconcile: in=11 out=6 rejected=3 failed=1" in caplog.text
+    assert read_manifest(config.output, "extract").counts == report.counts
+    # a stage without document outputs counts its out from records_out
+    plan = StagePlan(name="tokenizer", config_hash="x", inputs=(), fingerprint="f", build=lambda p: None)
+    counts, outputs = job.collect_counts(config.output, plan, {"records_in": 3, "records_out": 3})
+    assert counts == StageCounts(3, 3, 0, 0) and outputs == []
+    with pytest.raises(job.MetricsMissing, match="stage tokenizer: the runner reported no metrics"):
+        job.collect_counts(config.output, plan, None)
+
+
+def test_more_failures_than_the_limit_end_the_stage_without_a_manifest(tmp_path):
+    long_error = "abcdef   " * 100  # collapsed to single spaces, cut at 300 characters
+    config = job_config(tmp_path, max_error_ratio=0.25)
+    stage = Stage(config.output, out=1, rejected=0, failed=4, error=long_error,
+                  totals={"records_in": 5, "failed_ValueError": 4})
+    with pytest.raises(job.TooManyFailures) as raised:
+        job.run_stage(config, stage.plan(), options(config), force=False)
+    message = str(raised.value)
+    assert message.startswith("4 of 5 records failed (80.0% > max_error_ratio 0.25); the first errors:\n  ValueError: ")
+    lines = message.split("\n")
+    assert len([l for l in lines if l.startswith("  ValueError: ")]) == 3  # the first three only
+    first = lines[1]
+    assert first.endswith(" [...] (in-0.jsonl@0)") and "  " not in first.strip()
+    assert len(first) == len("  ValueError: ") + 300 + len(" [...] (in-0.jsonl@0)")
+    assert lines[-1] == "(all of them in failed/extract/)"
+    assert raised.value.report.counts.failed == 4 and read_manifest(config.output, "extract") is None
+    # exactly at the limit: allowed
+    at = job_config(tmp_path / "at", max_error_ratio=0.8)
+    ok = Stage(at.output, out=1, rejected=0, failed=4, totals={"records_in": 5, "failed_ValueError": 4})
+    assert job.run_stage(at, ok.plan(), options(at), force=False).counts.failed == 4
+
+
+def test_first_errors_reads_across_files_up_to_the_limit(tmp_path):
+    failed = tmp_path / "failed" / "clean"
+    write_rows(failed, 2, name="a.parquet", error="short")
+    write_rows(failed, 3, name="b.parquet", error="other")
+    assert job.first_errors(str(tmp_path), "clean") == [
+        "ValueError: short 0 (in-0.jsonl@0)", "ValueError: short 1 (in-1.jsonl@1)",
+        "ValueError: other 0 (in-0.jsonl@0)"]
+    assert len(job.first_errors(str(tmp_path), "clean", limit=5)) == 5
+    assert job.first_errors(str(tmp_path), "clean", limit=1) == ["ValueError: short 0 (in-0.jsonl@0)"]
+    error = "x" * 300
+    write_rows(tmp_path / "failed" / "tokenize", 1, error=error[:-2])  # "x...x 0": 300 characters
+    assert job.first_errors(str(tmp_path), "tokenize") == [f"ValueError: {error[:-2]} 0 (in-0.jsonl@0)"]
+
+
+def test_the_runner_is_fnapi_unless_named_and_the_command_line_wins(tmp_path):
+    config = job_config(tmp_path)
+    assert job.pipeline_options(config, ["--runner=PrismRunner"]).get_all_options()["runner"] == "PrismRunner"
+    assert job.pipeline_options(config, ["--runner", "SparkRunner"]).get_all_options()["runner"] == "SparkRunner"
+    bare = SimpleNamespace(beam_args=())
+    assert job.pipeline_options(bare, []).get_all_options()["runner"] == "FnApiRunner"
+    assert job.pipeline_options(bare, ["--direct_num_workers=3"]).get_all_options()["direct_num_workers"] == 3
+    assert job.pipeline_options(config, ["--direct_num_workers=2"]).get_all_options()["direct_num_workers"] == 2
+
+
+def test_a_runner_without_metrics_gives_none(caplog):
+    class NoMetrics:
+        def metrics(self):
+            raise NotImplementedError("no metrics here")
+
+    with caplog.at_level(logging.WARNING, logger="pipelines.job"):
+        assert job.metric_totals(NoMetrics(), "clean") is None
+    assert "runner reported no metrics for clean: no metrics here" in caplog.text
+
+
+def test_a_failing_stage_ends_the_job_with_the_reports_before_it(tmp_path, monkeypatch):
+    config = job_config(tmp_path, stages="[extract, dedup_exact]", sections="dedup: {}\n")
+    first = Stage(config.output)
+
+    def broken(options):
+        raise RuntimeError("engine said no " + "x" * 2000)
+
+    plans = {"extract": first.plan(),
+             "dedup_exact": StagePlan(name="dedup_exact", config_hash="c", inputs=(), fingerprint="f",
+                                      build=lambda p: None, runner=broken)}
+    monkeypatch.setattr(job, "plan_stage", lambda config, stage: plans[stage])
+    with pytest.raises(job.StageFailed) as raised:
+        job.run_job(config)
+    failed = raised.value
+    assert failed.stage == "dedup_exact" and [r.stage for r in failed.reports] == ["extract"]
+    assert str(failed).startswith("stage dedup_exact failed on FnApiRunner: RuntimeError: engine said no x")
+    assert str(failed).endswith("x [...]") and len(str(failed)) == len(
+        "stage dedup_exact failed on FnApiRunner: RuntimeError: ") + 1000 + len(" [...]")
+    assert isinstance(failed.error, RuntimeError)
+    assert read_manifest(config.output, "extract") is not None and read_manifest(config.output, "dedup_exact") is None
+    # too many failures: the failing stage's own report comes with it
+    plans["dedup_exact"] = Stage(config.output, name="dedup_exact", out=0, rejected=0, failed=2,
+                                 totals={"records_in": 2, "failed_ValueError": 2}).plan()
+    with pytest.raises(job.StageFailed) as raised:
+        job.run_job(config)
+    assert [r.stage for r in raised.value.reports] == ["extract", "dedup_exact"]
+    assert raised.value.reports[0].skipped and "2 of 2 records failed" in str(raised.value)
+    assert str(job.StageFailed("s", ValueError("v"), [])) == "stage s failed: ValueError: v"
+    # every stage done: one report each, in order
+    plans["dedup_exact"] = Stage(config.output, name="dedup_exact").plan()
+    assert [(r.stage, r.skipped) for r in job.run_job(config)] == [("extract", True), ("dedup_exact", False)]
+
+
+# ---------------------------------------------------------------- what pipelines.run prints
+
+def report(stage: str, counts: StageCounts, skipped: bool = False, seconds: float = 1.25,
+           counters: tuple = ()) -> job.StageReport:
+    return job.StageReport(stage, counts, skipped, seconds, (), counters)
+
+
+def test_the_table_shows_counts_checks_reasons_and_noted_counters():
+    table = run.format_table([
+        report("extract", StageCounts(10, 6, 3, 1, {"short": 2, "lang": 1}, {"ValueError": 1}),
+               counters=(("pii_email", 4), ("pii_ip", 0), ("other", 9), ("skipped_dup", 2))),
+        report("clean", StageCounts(5, 5, 0, 0), skipped=True),
+        report("dedup", StageCounts(5, 3, 1, 0)),
+    ]).split("\n")
+    header = f"{'stage':<10} {'in':>9} {'out':>9} {'rejected':>9} {'failed':>9}  {'check':<11} status"
+    assert table[0] == header and table[1] == "-" * len(header)
+    assert table[2] == f"{'extract':<10} {10:>9} {6:>9} {3:>9} {1:>9}  {'in=out+r+f':<11} ran in 1.2s"
+    assert table[3] == f"{'':<10}   rejected: short=2, lang=1"
+    assert table[4] == f"{'':<10}   failed:   ValueError=1"
+    assert table[5] == f"{'':<10}   noted:    pii_email=4, skipped_dup=2"
+    assert table[6].endswith("in=out+r+f  resumed (manifest matched)")
+    assert table[7].endswith(f"{'MISMATCH':<11} ran in 1.2s") and len(table) == 8
+    noted = run.format_table([report("x", StageCounts(0, 0, 0, 0), counters=tuple(
+        (f"{p}n", 1) for p in ("pii_", "skipped_", "extracted_", "truncated_", "label_", "review_", "missing_",
+                               "repeat_", "other_")))]).split("\n")[-1]
+    assert noted.endswith("noted:    pii_n=1, skipped_n=1, extracted_n=1, truncated_n=1, label_n=1, review_n=1, "
+                          "missing_n=1, repeat_n=1")
+
+
+def test_the_review_queue_line_names_the_queue_of_the_label_stage(tmp_path):
+    out = str(tmp_path)
+    assert run.review_queue_line(out, [report("extract", StageCounts(1, 1, 0, 0))]) == ""
+    label = report("label", StageCounts(1, 1, 0, 0), counters=(("review_queued", 3),))
+    assert run.review_queue_line(out, [label]) == "review queue: none (no uncertain document to queue)"
+    from pipelines.manifest import Manifest, write_manifest
+
+    queue = str(tmp_path / "review" / "queue-1")
+    write_manifest(out, Manifest("label", "h", "f", "v", StageCounts(1, 1, 0, 0), [], [], "", "", "r",
+                                 {"review_queue": queue}))
+    assert run.review_queue_line(out, [label]) == (
+        f"review queue: {queue} (3 documents)\n"
+        f"  review them: python -m pipelines.review serve --queue {queue} --out answers.jsonl")
+    none_queued = report("label", StageCounts(1, 1, 0, 0), counters=(("review_queued", 0),))
+    assert run.review_queue_line(out, [none_queued]).startswith("review queue: none")
+    write_manifest(out, Manifest("label", "h", "f", "v", StageCounts(1, 1, 0, 0), [], [], "", "", "r",
+                                 {"review_queue": "s3://KEY:SECRET@bucket/review/q"}))
+    line = run.review_queue_line(out, [label])
+    assert "SECRET" not in line and "bucket/review/q (3 documents)" in line
+
+
+def _args(**kw) -> SimpleNamespace:
+    return SimpleNamespace(force=False, no_progress=True, no_report=True, **kw)
+
+
+def test_the_exit_code_says_whether_every_stage_reconciled(tmp_path, monkeypatch, capsys):
+    config = job_config(tmp_path)
+    good = report("extract", StageCounts(2, 2, 0, 0))
+    bad = report("clean", StageCounts(3, 2, 0, 0))
+    monkeypatch.setattr(run, "run_job", lambda *a, **k: [good])
+    out = io.StringIO()
+    assert run._run(_args(), config, [], out) == 0
+    assert "in=out+r+f" in out.getvalue() and f"outputs under {config.output}:" in out.getvalue()
+    monkeypatch.setattr(run, "run_job", lambda *a, **k: [good, bad])
+    assert run._run(_args(), config, [], io.StringIO()) == 1
+
+    def fails(*a, **k):
+        raise job.StageFailed("clean", RuntimeError("no"), [good])
+
+    monkeypatch.setattr(run, "run_job", fails)
+    out = io.StringIO()
+    assert run._run(_args(), config, [], out) == 1
+    err = capsys.readouterr().err
+    assert "stage clean failed: RuntimeError: no" in err and "resumes from there" in err
+    assert "extract" in out.getvalue()  # the table of the stages before it
+
+    def held(*a, **k):
+        from pipelines.lease import LeaseHeld
+        raise LeaseHeld("another run holds it")
+
+    monkeypatch.setattr(run, "run_job", held)
+    assert run._run(_args(), config, [], io.StringIO()) == 2
+    assert "output in use: another run holds it\nnothing ran" in capsys.readouterr().err
+
+
+def test_the_command_line_refuses_bad_combinations_with_exit_2(tmp_path, capsys):
+    config = tmp_path / "job.yaml"
+    job_config(tmp_path)
+    assert run.main(["--config", str(config), "--sdk-workers", "pool"]) == 2
+    assert "--sdk-workers pool needs --engine flink or spark (got no engine)" in capsys.readouterr().err
+    assert run.main(["--config", str(tmp_path / "missing.yaml")]) == 2
+    assert capsys.readouterr().err.startswith("config error: ")
