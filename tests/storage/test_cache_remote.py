@@ -7,8 +7,11 @@ decision checked at its edge (fast enough to run against every mutant of cache.p
 from __future__ import annotations
 
 import hashlib
+import json
+import logging
 import os
 import pickle
+import time
 from pathlib import Path
 
 import fsspec
@@ -248,19 +251,22 @@ def test_the_cache_pickles_its_settings_and_indexes_only(tmp_path, remote):
     assert clone.path_of(url, "shard-00000.tfs") == cache.path_of(url, "shard-00000.tfs")
 
 
-def test_a_full_budget_waits_only_when_other_processes_could_free_it(tmp_path, remote):
+def test_a_full_budget_waits_only_when_other_processes_could_free_it(tmp_path, remote, monkeypatch):
+    import storage.cache as cache_module
+
     url, src = remote
     sizes = {f.name: f.stat().st_size for f in src.glob("*.tfs")}
     largest, other, third = sorted(sizes, key=lambda n: (-sizes[n], n))[:3]
     budget = sizes[largest] + sizes[other]
-    cache = cache_at(tmp_path, budget_bytes=budget, full_wait_s=0.2)
+    cache = cache_at(tmp_path, budget_bytes=budget, full_wait_s=60.0)
     a = cache.local_path(url, largest, pin=True)
     assert cache._others_may_free(sizes[other])  # room left beside this process's pin
     assert cache._others_may_free(budget - sizes[largest]) and not cache._others_may_free(budget - sizes[largest] + 1)
     b = cache.local_path(url, other, pin=True)
     # both pinned by this process: no other process can free room, so no wait
     assert not cache._others_may_free(1)
-    with pytest.raises(CacheFullError):
+    monkeypatch.setattr(cache_module.time, "sleep", lambda s: pytest.fail("waited for its own pins"))
+    with pytest.raises(CacheFullError):  # at once, long before the deadline
         cache.local_path(url, third)
     cache.unpin([a])
     assert cache.local_path(url, third)  # the unpinned one is evicted for it
@@ -289,3 +295,167 @@ def test_a_file_read_in_place_is_identified_by_its_mtime_too(tmp_path):
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
     assert _stamp(str(path), hot=True) == (st.st_ino, st.st_size)
     assert _stamp(str(path), hot=False) != (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _remote_version(tmp_path: Path, name: str, extra: dict, dtype=np.uint32) -> str:
+    make_version(tmp_path / name, extra=extra, dtype=np.dtype(dtype))
+    fs = fsspec.filesystem("memory")
+    for f in sorted((tmp_path / name).iterdir()):
+        fs.pipe(f"/{name}-{os.getpid()}/v/{f.name}", f.read_bytes())
+    return f"memory://{name}-{os.getpid()}/v/index.json"
+
+
+def test_a_download_is_checked_against_the_index_dtype_and_vocabulary(tmp_path):
+    wrong_dtype = _remote_version(tmp_path, "dtype", {"dtype": "uint16", "vocab_size": 100_000})
+    with pytest.raises(ShardError, match=r"memory://dtype-\d+/v/shard-00000.tfs"):
+        cache_at(tmp_path).local_path(wrong_dtype, "shard-00000.tfs")
+    with pytest.raises(ShardError, match=r"memory://dtype-\d+/v/shard-00000.tfs"):
+        cache_at(tmp_path).doc_index(wrong_dtype, "shard-00000.tfs")
+    small_vocab = _remote_version(tmp_path, "vocab", {"dtype": "uint32", "vocab_size": 50})
+    with pytest.raises(ShardError, match="outside the vocabulary of 50"):
+        cache_at(tmp_path).local_path(small_vocab, "shard-00000.tfs")
+    # verify=False: no vocabulary pass (nor checksum), the header still checked
+    assert cache_at(tmp_path, verify=False).local_path(small_vocab, "shard-00000.tfs")
+    with pytest.raises(ShardError):
+        cache_at(tmp_path, verify=False).local_path(wrong_dtype, "shard-00000.tfs")
+
+
+def test_an_index_without_a_version_gets_the_folder_v(tmp_path):
+    url = _remote_version(tmp_path, "noversion", VOCAB)
+    fs = fsspec.filesystem("memory")
+    index = json.loads(fs.cat_file(url.split("://", 1)[1]))
+    del index["version"]
+    fs.pipe(url.split("://", 1)[1], json.dumps(index).encode())
+    cache = cache_at(tmp_path)
+    tag = hashlib.sha256(url.encode()).hexdigest()[:8]
+    assert cache.path_of(url, "shard-00000.tfs") == os.path.join(cache.hot.root, f"v-{tag}", "shard-00000.tfs")
+
+
+def test_every_download_and_check_is_counted(tmp_path, remote):
+    url, src = remote
+    cache = cache_at(tmp_path)
+    for name in ("shard-00000.tfs", "shard-00001.tfs"):
+        cache.local_path(url, name)
+    after_two = cache.stats.verify_s
+    cache.local_path(url, "shard-00002.tfs")
+    s = cache.stats
+    sizes = sum((src / f"shard-0000{i}.tfs").stat().st_size for i in range(3))
+    assert (s.misses, s.verified, s.bytes_fetched) == (3, 3, sizes)
+    assert 0 < after_two < s.verify_s
+    other = cache_at(tmp_path)
+    for name in ("shard-00000.tfs", "shard-00001.tfs", "shard-00001.tfs"):
+        other.local_path(url, name)
+    assert (other.stats.hits, other.stats.misses, other.stats.verified) == (3, 0, 2)
+
+
+def test_retries_back_off_exponentially_with_jitter_and_say_so(tmp_path, remote, monkeypatch, caplog):
+    import storage.cache as cache_module
+
+    url, _ = remote
+    flaky = url.replace("memory://", "flaky://")
+    waits: list[float] = []
+    monkeypatch.setattr(cache_module.time, "sleep", waits.append)
+    monkeypatch.setattr(cache_module.random, "random", lambda: 0.5)
+    cache = ShardCache(hot_dir=str(tmp_path / "hot"), backoff_s=0.1, retries=3)
+    cache.read_index(flaky)
+    FlakyFS.failures = 3
+    try:
+        with caplog.at_level(logging.WARNING, logger="storage.cache"):
+            cache.local_path(flaky, "shard-00001.tfs")
+    finally:
+        FlakyFS.failures = 0
+    assert waits == pytest.approx([0.1 * 1.5, 0.2 * 1.5, 0.4 * 1.5])
+    assert f"fetching {flaky.rsplit('/', 1)[0]}/shard-00001.tfs failed (connection reset by peer), retry in 0.15s" \
+        in caplog.text
+
+
+def test_a_damaged_cached_copy_is_named_in_the_warning(tmp_path, remote, caplog):
+    url, _ = remote
+    path = cache_at(tmp_path).local_path(url, "shard-00000.tfs")
+    data = bytearray(Path(path).read_bytes())
+    data[HEADER_SIZE + 4] ^= 1
+    Path(path).write_bytes(bytes(data))
+    with caplog.at_level(logging.WARNING, logger="storage.cache"):
+        cache_at(tmp_path).local_path(url, "shard-00000.tfs")
+    assert "removed a bad cached copy, downloading again: shard-00000.tfs" in caplog.text
+
+
+def test_a_full_budget_waits_for_another_process_to_unpin(tmp_path, remote, monkeypatch):
+    """Another process (another cache on the folder) pins the only shard that fits: this
+    one waits, polling every 0.05 s, and takes the room once it is unpinned."""
+    import storage.cache as cache_module
+
+    url, src = remote
+    sizes = {f.name: f.stat().st_size for f in src.glob("*.tfs")}
+    big, small = sorted(sizes, key=lambda n: (-sizes[n], n))[:2]
+    holder = cache_at(tmp_path, budget_bytes=sizes[big])
+    held = holder.local_path(url, big, pin=True)
+    waiter = cache_at(tmp_path, budget_bytes=sizes[big], full_wait_s=60.0)
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        if len(slept) == 3:
+            holder.unpin([held])  # the other process is done with it
+
+    monkeypatch.setattr(cache_module.time, "sleep", sleep)
+    path = waiter.local_path(url, small)
+    assert slept == [0.05, 0.05, 0.05] and Path(path).read_bytes() == (src / small).read_bytes()
+    assert not os.path.exists(held) and waiter.stats.misses == 1
+
+
+def test_a_shard_another_process_downloads_is_waited_for_and_used(tmp_path, remote):
+    import threading
+
+    url, src = remote
+    first = cache_at(tmp_path)
+    path = first.path_of(url, "shard-00003.tfs")
+    reservation = first.hot.reserve(path, sizes := (src / "shard-00003.tfs").stat().st_size)
+    assert reservation is not None and sizes > 0
+
+    def finish() -> None:
+        time.sleep(0.3)
+        with open(reservation.partial, "r+b") as fh:
+            fh.write((src / "shard-00003.tfs").read_bytes())
+        first.hot.commit(reservation)
+
+    writer = threading.Thread(target=finish)
+    writer.start()
+    second = cache_at(tmp_path)
+    try:
+        assert second.local_path(url, "shard-00003.tfs") == path
+    finally:
+        writer.join()
+    assert (second.stats.misses, second.stats.hits, second.stats.verified) == (0, 1, 1)
+
+
+def test_pins_of_a_fresh_local_path_start_at_one(tmp_path, remote):
+    _, src = remote
+    spaced = tmp_path / "a folder"
+    spaced.mkdir()
+    for f in src.iterdir():
+        (spaced / f.name).write_bytes(f.read_bytes())
+    cache = cache_at(tmp_path)
+    index = str(spaced / "index.json")
+    path = cache.path_of(index, "shard-00000.tfs")
+    assert path == str(spaced / "shard-00000.tfs")  # a space in the path is kept
+    cache.pin([path])
+    assert cache._local_pins == {path: 1}
+    cache.unpin([path])
+    assert cache._pins == {}
+
+
+def test_a_broken_document_index_is_named_by_its_source(tmp_path, remote):
+    url, src = remote
+    fs = fsspec.filesystem("memory")
+    remote_path = url.split("://", 1)[1].rsplit("/", 1)[0] + "/shard-00001.tfs"
+    data = bytearray(fs.cat_file(remote_path))
+    data[-1] ^= 0x40  # the last boundary no longer equals num_tokens
+    fs.pipe(remote_path, bytes(data))
+    with pytest.raises(ShardError, match=r"memory://.*/shard-00001.tfs: document index does not run from 0"):
+        cache_at(tmp_path).doc_index(url, "shard-00001.tfs")
+    data = bytearray(fs.cat_file(remote_path))
+    data[:4] = b"XXXX"
+    fs.pipe(remote_path, bytes(data))
+    with pytest.raises(ShardError, match=r"memory://.*/shard-00001.tfs: not a token shard"):
+        cache_at(tmp_path).doc_index(url, "shard-00001.tfs")
