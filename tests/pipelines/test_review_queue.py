@@ -9,6 +9,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 from pipelines.review import (TEXT_LIMIT, label_studio_config, label_studio_task, load_queue, review_task,
                               write_queue, write_text)
 from transforms.doc import Doc, Label
@@ -164,7 +166,13 @@ def test_the_serve_command_fails_clearly_on_a_bad_queue_or_a_taken_port(tmp_path
     code = review.main(["serve", "--queue", str(tmp_path / "nowhere"), "--out", str(tmp_path / "a.jsonl"),
                         "--port", "0"])
     err = capsys.readouterr().err
-    assert code == 2 and err.startswith(f"error: cannot read queue {tmp_path / 'nowhere'}: ") and err.endswith("\n")
+    assert code == 2 and err == (f"error: cannot read queue {tmp_path / 'nowhere'}: [Errno 2] No such file or "
+                                 f"directory: '{tmp_path / 'nowhere' / 'tasks.jsonl'}'\n")  # the folder's tasks.jsonl
+    for missing in (["--out", str(tmp_path / "a.jsonl")], ["--queue", str(tmp_path)]):
+        with pytest.raises(SystemExit) as usage:  # both are required
+            review.main(["serve", *missing])
+        assert usage.value.code == 2
+    capsys.readouterr()
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"task_id": "t1"}\n')  # a task without its fields
     assert review.main(["serve", "--queue", str(bad), "--out", str(tmp_path / "a.jsonl")]) == 2

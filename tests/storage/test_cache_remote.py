@@ -148,7 +148,8 @@ def test_a_damaged_cached_copy_is_replaced_by_a_fresh_download(tmp_path, remote,
     assert cache.local_path(url, "shard-00000.tfs") == path
     assert Path(path).read_bytes() == (src / "shard-00000.tfs").read_bytes()
     assert (cache.stats.misses, cache.stats.hits) == (1, 0)
-    assert "removed a bad cached copy" in caplog.text
+    assert [r.getMessage().split(": ", 1)[0] for r in caplog.records if r.name == "storage.cache"] \
+        == ["removed a bad cached copy, downloading again"]
 
 
 def test_a_damaged_remote_shard_is_never_written_to_the_hot_folder(tmp_path, remote):
@@ -365,8 +366,8 @@ def test_retries_back_off_exponentially_with_jitter_and_say_so(tmp_path, remote,
     finally:
         FlakyFS.failures = 0
     assert waits == pytest.approx([0.1 * 1.5, 0.2 * 1.5, 0.4 * 1.5])
-    assert f"fetching {flaky.rsplit('/', 1)[0]}/shard-00001.tfs failed (connection reset by peer), retry in 0.15s" \
-        in caplog.text
+    assert [r.getMessage() for r in caplog.records if r.name == "storage.cache"][0] \
+        == f"fetching {flaky.rsplit('/', 1)[0]}/shard-00001.tfs failed (connection reset by peer), retry in 0.15s"
 
 
 def test_a_damaged_cached_copy_is_named_in_the_warning(tmp_path, remote, caplog):
@@ -459,3 +460,127 @@ def test_a_broken_document_index_is_named_by_its_source(tmp_path, remote):
     fs.pipe(remote_path, bytes(data))
     with pytest.raises(ShardError, match=r"memory://.*/shard-00001.tfs: not a token shard"):
         cache_at(tmp_path).doc_index(url, "shard-00001.tfs")
+
+
+@pytest.mark.parametrize("scheme", ["file://", "local://"])
+def test_a_local_version_is_read_in_place_whatever_its_scheme(tmp_path, scheme):
+    make_version(tmp_path / "a b" / "x:" / "y", extra=VOCAB)
+    folder = f"{tmp_path}/a b/x://y"  # a space, and "://" inside the path itself
+    url = f"{scheme}{folder}/index.json"
+    cache = cache_at(tmp_path)
+    assert cache.local_path(url, "shard-00001.tfs") == f"{folder}/shard-00001.tfs"
+    assert cache.path_of(url, "shard-00002.tfs") == f"{folder}/shard-00002.tfs"
+    assert cache.stats.misses == 0 and cache.stats.verified == 1
+    assert not [p for p in Path(cache.hot.root).rglob("*") if p.name != ".lock"]  # nothing copied
+
+
+def test_stale_partial_downloads_are_removed_and_said_once(tmp_path, caplog):
+    folder = Path(cache_at(tmp_path).hot.root) / "v1-abcd1234"
+    folder.mkdir(parents=True)
+    (folder / "shard-00000.tfs.partial").write_bytes(b"half a shard of a killed process")
+    with caplog.at_level(logging.INFO, logger="storage.cache"):
+        cache = cache_at(tmp_path)
+        cache_at(tmp_path)  # nothing left to remove: nothing said
+    assert [r.getMessage() for r in caplog.records if r.name == "storage.cache"] \
+        == [f"removed 1 stale partial downloads from {cache.hot.root}"]
+    assert not (folder / "shard-00000.tfs.partial").exists()
+
+
+def test_local_errors_name_the_shard_and_the_index(tmp_path):
+    from storage.index import IndexFileError
+
+    index = make_version(tmp_path / "v", extra=VOCAB)
+    os.remove(tmp_path / "v" / "shard-00003.tfs")
+    cache = cache_at(tmp_path)
+    with pytest.raises(ShardError) as missing:
+        cache.local_path(index, "shard-00003.tfs")
+    assert str(missing.value) == f"shard-00003.tfs: missing ({tmp_path}/v/shard-00003.tfs, listed in {index})"
+    with pytest.raises(IndexFileError) as bad_name:
+        cache.local_path(index, "../shard-00001.tfs")
+    assert str(bad_name.value).startswith(f"{index}: shard name '../shard-00001.tfs' is not a plain file name")
+    (tmp_path / "w").mkdir()
+    (tmp_path / "w" / "index.json").write_text("{not json")
+    with pytest.raises(IndexFileError) as not_json:
+        cache.read_index(str(tmp_path / "w" / "index.json"))
+    assert str(not_json.value).startswith(f"{tmp_path}/w/index.json: not JSON (")
+    (tmp_path / "w" / "index.json").write_text('{"version": "v1"}')
+    with pytest.raises(IndexFileError) as no_shards:
+        cache.read_index(str(tmp_path / "w" / "index.json"))
+    assert str(no_shards.value) == f"{tmp_path}/w/index.json: not a token index (no shards list)"
+
+
+def test_checking_time_adds_up_over_checks_and_downloads(tmp_path, remote, monkeypatch):
+    import storage.cache as cache_module
+    import types
+
+    url, src = remote
+    clock = iter(range(1000, 2000, 1))  # each reading one second after the one before
+    monkeypatch.setattr(cache_module, "time", types.SimpleNamespace(
+        perf_counter=lambda: float(next(clock)), monotonic=time.monotonic, sleep=time.sleep))
+    cache = cache_at(tmp_path)
+    cache.local_path(str(src / "index.json"), "shard-00000.tfs")  # read in place: checked
+    cache.local_path(str(src / "index.json"), "shard-00001.tfs")
+    assert cache.stats.verify_s == 2.0
+    cache.local_path(url, "shard-00002.tfs")  # downloaded: checked before it is written
+    assert cache.stats.verify_s == 3.0 and cache.stats.verified == 3
+
+
+@pytest.mark.parametrize("where", ["remote", "local"])
+def test_a_request_that_waits_for_the_prefetcher_counts_as_waited(tmp_path, remote, monkeypatch, where):
+    import threading
+
+    url, src = remote
+    index = url if where == "remote" else str(src / "index.json")
+    cache = cache_at(tmp_path)
+    work = "_fetch" if where == "remote" else "_check_file"
+    real = getattr(cache, work)
+    started, release, waiting = threading.Event(), threading.Event(), threading.Event()
+
+    def slow(*args):
+        started.set()
+        assert release.wait(30)
+        return real(*args)
+
+    class Watched(threading.Event):
+        def wait(self, timeout=None):
+            waiting.set()
+            return super().wait(timeout)
+
+    monkeypatch.setattr(cache, work, slow)
+    prefetch = threading.Thread(target=cache.local_path, args=(index, "shard-00000.tfs"))
+    prefetch.start()
+    assert started.wait(30)
+    path = cache.path_of(index, "shard-00000.tfs")
+    with cache._lock:
+        cache._inflight[path] = Watched()
+    got: list[str] = []
+    reader = threading.Thread(target=lambda: got.append(cache.local_path(index, "shard-00000.tfs", pin=True)))
+    reader.start()
+    assert waiting.wait(30)  # the reader waits for the prefetcher's work
+    release.set()
+    prefetch.join(30)
+    reader.join(30)
+    assert got == [path] and cache._pins == {path: 1}
+    assert (cache.stats.cold, cache.stats.ready, cache.stats.waited) == (0, 0, 1)
+
+
+def test_unpinning_a_path_never_pinned_is_a_no_op(tmp_path, remote):
+    _, src = remote
+    cache = cache_at(tmp_path)
+    never = str(src / "shard-00004.tfs")
+    cache.unpin([never])
+    assert cache._local_pins == {never: 0} and cache._pins == {}
+
+
+def test_without_verify_a_local_shard_is_not_checksummed_nor_checked_against_the_vocabulary(tmp_path):
+    index = make_version(tmp_path / "v", extra={"vocab_size": 50, "dtype": "uint32"})  # tokens reach ~500
+    with pytest.raises(ShardError, match="vocab"):
+        cache_at(tmp_path).local_path(index, "shard-00000.tfs")
+    data = bytearray((tmp_path / "v" / "shard-00001.tfs").read_bytes())
+    data[HEADER_SIZE + 4] ^= 1
+    (tmp_path / "v" / "shard-00001.tfs").write_bytes(bytes(data))
+    with pytest.raises(ShardError, match="shard-00001.tfs"):
+        cache_at(tmp_path).local_path(index, "shard-00001.tfs")
+    lax = cache_at(tmp_path, verify=False)
+    assert lax.local_path(index, "shard-00000.tfs") == str(tmp_path / "v" / "shard-00000.tfs")
+    assert lax.local_path(index, "shard-00001.tfs") == str(tmp_path / "v" / "shard-00001.tfs")
