@@ -193,6 +193,10 @@ def test_local_pins_count_per_path(tmp_path, remote):
     index = str(src / "index.json")
     path = cache.local_path(index, "shard-00001.tfs", pin=True)
     assert path == str(src / "shard-00001.tfs") and cache._pins == {path: 1}
+    assert (cache.stats.cold, cache.stats.ready) == (1, 0)  # checked by this request
+    cache.local_path(index, "shard-00001.tfs", pin=True)
+    assert cache._pins == {path: 2} and (cache.stats.cold, cache.stats.ready) == (1, 1)
+    cache.unpin([path])
     pinned = cache.tokens(index, "shard-00001.tfs")
     cache.pin([path])
     assert cache._pins == {path: 2}
@@ -217,6 +221,12 @@ def test_an_empty_shard_has_no_tokens_to_map(tmp_path):
         '"num_bytes": %d, "sha256": "%s"}]}' % (d, t, len(data), sha))
     tokens = cache_at(tmp_path).tokens(str(tmp_path / "d" / "index.json"), "e.tfs")
     assert tokens.shape == (0,) and tokens.dtype == np.dtype("<u2")
+    data, d, t, sha = encode_shard([np.array([7], dtype=np.uint16)], np.dtype(np.uint16))  # one token: mapped
+    (tmp_path / "d" / "e.tfs").write_bytes(data)
+    (tmp_path / "d" / "index.json").write_text(
+        '{"version": "v1", "dtype": "uint16", "shards": [{"name": "e.tfs", "num_docs": %d, "num_tokens": %d, '
+        '"num_bytes": %d, "sha256": "%s"}]}' % (d, t, len(data), sha))
+    assert cache_at(tmp_path).tokens(str(tmp_path / "d" / "index.json"), "e.tfs").tolist() == [7]
 
 
 def test_the_document_index_is_read_by_range_and_checked(tmp_path, remote):
