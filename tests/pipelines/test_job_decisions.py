@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -320,8 +321,10 @@ def test_the_exit_code_says_whether_every_stage_reconciled(tmp_path, monkeypatch
     out = io.StringIO()
     assert run._run(_args(), config, [], out) == 1
     err = capsys.readouterr().err
-    assert "stage clean failed: RuntimeError: no" in err and "resumes from there" in err
-    assert "extract" in out.getvalue()  # the table of the stages before it
+    assert "stage clean failed: RuntimeError: no" in err
+    assert err.endswith("\nthe stages before it keep their outputs; the same command resumes from there (after a "
+                        "fix, if the error needs one: an engine whose worker died needs none)\n")
+    assert out.getvalue() == "\n" + run.format_table([good]) + "\n"  # the table of the stages before it
 
     def held(*a, **k):
         from pipelines.lease import LeaseHeld
@@ -339,3 +342,58 @@ def test_the_command_line_refuses_bad_combinations_with_exit_2(tmp_path, capsys)
     assert "--sdk-workers pool needs --engine flink or spark (got no engine)" in capsys.readouterr().err
     assert run.main(["--config", str(tmp_path / "missing.yaml")]) == 2
     assert capsys.readouterr().err.startswith("config error: ")
+
+
+def test_run_passes_its_flags_and_prints_the_table_the_locations_and_the_report(tmp_path, monkeypatch):
+    config = job_config(tmp_path)
+    good = report("extract", StageCounts(2, 2, 0, 0))
+    asked: list = []
+    monkeypatch.setattr(run, "run_job", lambda cfg, beam_args, **kw: asked.append((cfg, beam_args, kw)) or [good])
+    monkeypatch.setattr(run, "write_run_report", lambda cfg: f"report: {cfg.output}/report.html")
+    out = io.StringIO()
+    assert run._run(SimpleNamespace(force=True, no_progress=False, no_report=False), config, ["--x=1"], out) == 0
+    assert asked == [(config, ["--x=1"], {"force": True, "show_progress": True})]
+    assert out.getvalue() == ("\n" + run.format_table([good]) + "\n\n" + run.format_locations(config.output, [good])
+                              + "\n" + f"report: {config.output}/report.html\n")
+    asked.clear()
+    out = io.StringIO()
+    assert run._run(_args(), config, [], out) == 0  # --no-progress, --no-report
+    assert asked[0][2] == {"force": False, "show_progress": False} and "report:" not in out.getvalue()
+
+
+def test_the_locations_name_each_stage_output_and_the_token_index():
+    extract = report("extract", StageCounts(1, 1, 0, 0))
+    tokens = job.StageReport("tokenize", StageCounts(1, 1, 0, 0), False, 1.0, ("/out/tokens/v7/index.json",), ())
+    unnamed = job.StageReport("tokenize", StageCounts(1, 1, 0, 0), False, 1.0, ("/out/tokens/v7/a.tfs",), ())
+    writes = {s: run.spec_of(s).writes for s in ("extract", "tokenize")}
+    assert run.format_locations("/out", [extract, tokens, unnamed]) == "\n".join([
+        "outputs under /out:",
+        "  " + writes["extract"].format(stage="extract", index="tokens/<version>/index.json"),
+        "  manifests/extract.json",
+        "  " + writes["tokenize"].format(stage="tokenize", index="/out/tokens/v7/index.json"),
+        "  manifests/tokenize.json",
+        "  " + writes["tokenize"].format(stage="tokenize", index="tokens/<version>/index.json"),
+        "  manifests/tokenize.json"])
+    assert "{index}" in writes["tokenize"] and "{stage}" in writes["extract"]
+
+
+def test_the_run_report_line_and_a_report_that_fails(tmp_path, monkeypatch, caplog):
+    import pipelines.report as report_module
+
+    config = job_config(tmp_path)
+    seen: list = []
+    monkeypatch.setattr(report_module, "write_report", lambda output, cfg: seen.append((output, cfg)) or "r/x.html")
+    assert run.write_run_report(config) == f"report: {os.path.abspath('r/x.html')}"
+    assert seen == [(config.output, config)]
+    monkeypatch.setattr(report_module, "write_report", lambda output, cfg: "s3://b/out/report.html")
+    assert run.write_run_report(config) == "report: s3://b/out/report.html"
+
+    def broken(output, cfg):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(report_module, "write_report", broken)
+    with caplog.at_level(logging.ERROR, logger="pipelines.run"):
+        assert run.write_run_report(config) == \
+            "report: failed, see the log (python -m pipelines.report regenerates it)"
+    assert [r.getMessage() for r in caplog.records if r.name == "pipelines.run"] \
+        == ["run report failed (the stages' outputs are complete)"]
