@@ -297,6 +297,13 @@ def test_the_review_queue_line_names_the_queue_of_the_label_stage(tmp_path):
                                  {"review_queue": "s3://KEY:SECRET@bucket/review/q"}))
     line = run.review_queue_line(out, [label])
     assert "SECRET" not in line and "bucket/review/q (3 documents)" in line
+    no_counter = report("label", StageCounts(1, 1, 0, 0))  # a label stage that queued nothing
+    assert run.review_queue_line(out, [no_counter]) == "review queue: none (no uncertain document to queue)"
+    write_manifest(out, Manifest("label", "h", "f", "v", StageCounts(1, 1, 0, 0), [], [], "", "", "r", {}))
+    assert run.review_queue_line(out, [label]) == "review queue: none (no uncertain document to queue)"
+    write_manifest(out, Manifest("label", "h", "f", "v", StageCounts(1, 1, 0, 0), [], [], "", "", "r",
+                                 {"review_queue": "rel/queue-2"}))  # a relative local path is shown absolute
+    assert run.review_queue_line(out, [label]).startswith(f"review queue: {os.path.abspath('rel/queue-2')} (3 ")
 
 
 def _args(**kw) -> SimpleNamespace:
