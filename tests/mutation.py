@@ -203,7 +203,8 @@ def recheck(name: str, work: Path, target: Target, timeout: int = 120,
     for test in tests:
         shutil.copy(ROOT / test, work / "mutants" / test)
     status = statuses(work)
-    todo = sorted(m for m, state in status.items() if state != "killed")
+    # "not checked": a stopped run never reached them; a recheck is of what a run left alive
+    todo = sorted(m for m, state in status.items() if state not in ("killed", "not checked"))
     select = SELECT if not target.skip else ["-m", SELECT[1], "-k", f"not ({target.skip})"]
     args = ["-p", "no:cacheprovider", *select, *tests]
     env = {**os.environ, "PYTHONPATH": f".{os.pathsep}{LIB}", "TOKENFACTORY_SHARED_DATA": os.environ.get(

@@ -194,6 +194,8 @@ def test_first_errors_reads_across_files_up_to_the_limit(tmp_path):
     error = "x" * 300
     write_rows(tmp_path / "failed" / "tokenize", 1, error=error[:-2])  # "x...x 0": 300 characters
     assert job.first_errors(str(tmp_path), "tokenize") == [f"ValueError: {error[:-2]} 0 (in-0.jsonl@0)"]
+    write_rows(tmp_path / "failed" / "label", 1, error=error[:-1])  # 301 characters: cut at 300
+    assert job.first_errors(str(tmp_path), "label") == [f"ValueError: {error[:-1]}  [...] (in-0.jsonl@0)"]  # cut after the space
 
 
 def test_the_runner_is_fnapi_unless_named_and_the_command_line_wins(tmp_path):
@@ -404,3 +406,59 @@ def test_the_run_report_line_and_a_report_that_fails(tmp_path, monkeypatch, capl
             "report: failed, see the log (python -m pipelines.report regenerates it)"
     assert [r.getMessage() for r in caplog.records if r.name == "pipelines.run"] \
         == ["run report failed (the stages' outputs are complete)"]
+
+
+def test_only_parquet_files_count_as_a_stage_output(tmp_path):
+    out = tmp_path / "out"
+    write_rows(out / "docs" / "clean", 1, name="part-0.parquet")
+    write_rows(out / "docs" / "clean" / "en", 1, name="part-1.parquet")  # a folder per value (partitioned)
+    write_rows(out / "rejected" / "clean", 1)
+    write_rows(out / "failed" / "clean", 1)
+    for kind in ("docs", "rejected", "failed"):
+        (out / kind / "clean" / "_SUCCESS.json").write_text("{}")  # not an output file
+    files = job._written_files(str(out), "clean")
+    assert files == {"docs": [str(out / "docs" / "clean" / "part-0.parquet"),
+                              str(out / "docs" / "clean" / "en" / "part-1.parquet")],
+                     "rejected": [str(out / "rejected" / "clean" / "part-0.parquet")],
+                     "failed": [str(out / "failed" / "clean" / "part-0.parquet")]}
+
+
+def test_a_stage_error_is_cut_after_1000_characters():
+    assert str(job.StageFailed("clean", ValueError("e" * 1000), [])) == f"stage clean failed: ValueError: {'e' * 1000}"
+    assert str(job.StageFailed("clean", ValueError("e" * 1001), [], runner="flink")) \
+        == f"stage clean failed on flink: ValueError: {'e' * 1000} [...]"
+
+
+def test_the_command_line_flags_and_their_defaults():
+    args, beam = run.parse_args(["--config", "c.yaml", "--runner=FlinkRunner", "--log-level", "DEBUG",
+                                 "--no-progress", "--no-report", "--force"])
+    assert (args.config, args.log_level, args.no_progress, args.no_report, args.force) == \
+        ("c.yaml", "DEBUG", True, True, True)
+    assert beam == ["--runner=FlinkRunner"]  # unknown options are Beam's
+    args, beam = run.parse_args(["--config", "c.yaml"])
+    assert (args.log_level, args.no_progress, args.no_report, args.force, beam) == ("INFO", False, False, False, [])
+    with pytest.raises(SystemExit) as usage:
+        run.parse_args(["--force"])  # --config is required
+    assert usage.value.code == 2
+
+
+@pytest.mark.parametrize("signum,code", [(15, 143), (2, 130)])
+def test_a_signal_ends_the_run_with_128_plus_its_number(signum, code):
+    with pytest.raises(SystemExit) as ended:
+        run._terminated(signum, None)
+    assert ended.value.code == code
+
+
+def test_run_prints_where_the_review_queue_is(tmp_path, monkeypatch):
+    from pipelines.manifest import Manifest, write_manifest
+
+    config = job_config(tmp_path)
+    label = report("label", StageCounts(2, 2, 0, 0), counters=(("review_queued", 2),))
+    queue = str(tmp_path / "out" / "review" / "queue-1")
+    write_manifest(config.output, Manifest("label", "h", "f", "v", StageCounts(2, 2, 0, 0), [], [], "", "", "r",
+                                           {"review_queue": queue}))
+    monkeypatch.setattr(run, "run_job", lambda *a, **k: [label])
+    out = io.StringIO()
+    assert run._run(_args(), config, [], out) == 0
+    assert out.getvalue().endswith("\n" + run.review_queue_line(config.output, [label]) + "\n")
+    assert f"review queue: {queue} (2 documents)" in out.getvalue()
