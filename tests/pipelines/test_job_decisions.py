@@ -462,3 +462,21 @@ def test_run_prints_where_the_review_queue_is(tmp_path, monkeypatch):
     assert run._run(_args(), config, [], out) == 0
     assert out.getvalue().endswith("\n" + run.review_queue_line(config.output, [label]) + "\n")
     assert f"review queue: {queue} (2 documents)" in out.getvalue()
+
+
+def test_help_lists_every_stage_in_order_with_its_section_and_unknown_engines_are_refused(capsys):
+    with pytest.raises(SystemExit) as shown:
+        run.parse_args(["--help"])
+    assert shown.value.code == 0
+    text = capsys.readouterr().out
+    assert text.startswith("usage: python -m pipelines.run [-h] --config CONFIG")
+    specs = run.STAGE_SPECS
+    width = max(len(s.name) for s in specs)
+    epilog = ["stages, in pipeline order (without --stages or stages:, those whose config section is set;",
+              "every config key: docs/CONFIG.md):"]
+    epilog += ["  " + s.name.ljust(width) + "  " + (s.section + ":").ljust(10) + " " + s.does for s in specs]
+    assert text.rstrip("\n").endswith("\n\n" + "\n".join(epilog))  # line breaks kept as written
+    assert [s.name for s in specs][:3] == ["crawl", "extract", "clean"]
+    with pytest.raises(SystemExit) as refused:
+        run.parse_args(["--config", "c.yaml", "--engine", "dataflow-typo"])
+    assert refused.value.code == 2 and "invalid choice: 'dataflow-typo'" in capsys.readouterr().err
