@@ -480,3 +480,19 @@ def test_help_lists_every_stage_in_order_with_its_section_and_unknown_engines_ar
     with pytest.raises(SystemExit) as refused:
         run.parse_args(["--config", "c.yaml", "--engine", "dataflow-typo"])
     assert refused.value.code == 2 and "invalid choice: 'dataflow-typo'" in capsys.readouterr().err
+
+
+def test_run_job_hands_force_and_the_progress_flag_to_every_stage(tmp_path, monkeypatch):
+    config = job_config(tmp_path, stages="[extract, dedup_exact]", sections="dedup: {}\n")
+    monkeypatch.setattr(job, "plan_stage", lambda config, stage: Stage(config.output, name=stage).plan())
+    seen: list = []
+
+    def recording(config, plan, options, force, show_progress):
+        seen.append((plan.name, force, show_progress))
+        return report(plan.name, StageCounts(1, 1, 0, 0))
+
+    monkeypatch.setattr(job, "run_stage", recording)
+    job.run_job(config)  # library callers get no progress line unless they ask
+    job.run_job(config, force=True, show_progress=True)
+    assert seen == [("extract", False, False), ("dedup_exact", False, False),
+                    ("extract", True, True), ("dedup_exact", True, True)]
