@@ -84,3 +84,51 @@ def test_a_tree_past_the_memory_limit_is_killed_whole(tmp_path: Path) -> None:
         except ProcessLookupError:
             pass
     assert sampler.peak_kb > 40 * 1024
+
+
+def test_a_term_to_the_benchmark_stops_the_run_and_records_it_as_interrupted(tmp_path: Path, monkeypatch) -> None:
+    import signal
+    import threading
+    from types import SimpleNamespace
+
+    import benchmarks.bench_scale as bench
+
+    script = tmp_path / "engine"  # stands for `python -m pipelines.run ...`: a tree that runs on
+    script.write_text("#!/bin/sh\nsleep 60 &\nwait\n")
+    script.chmod(0o755)
+    monkeypatch.setattr(bench, "sys", SimpleNamespace(executable=str(script)))
+    before = signal.signal(signal.SIGTERM, bench._interrupt)
+    timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGTERM))
+    try:
+        timer.start()
+        result = bench.run_engine("prism", tmp_path / "job.yaml", tmp_path / "log.txt", 60.0,
+                                  progress=tmp_path / "progress.json")
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGTERM, before)
+    assert result["exit"] == "interrupted" and result["wall_s"] < 30
+    assert json.loads((tmp_path / "progress.json").read_text())["samples"] >= 0  # written on the way out
+
+
+def test_an_interrupted_run_ends_the_benchmark_with_130_and_its_record(tmp_path: Path, monkeypatch) -> None:
+    import benchmarks.bench_scale as bench
+
+    runs: list[str] = []
+
+    def interrupted(engine, *args, **kwargs):
+        runs.append(engine)
+        return {"engine": engine, "exit": "interrupted"}
+
+    monkeypatch.setattr(bench, "corpus", lambda work, n: (work / "docs.jsonl", (work / "docs.jsonl").write_text(""))[0])
+    monkeypatch.setattr(bench, "run_engine", interrupted)
+    import signal
+
+    handlers = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    try:  # main installs its own (an interrupt or a TERM stops the run)
+        assert bench.main(["--sizes", "10", "20", "--engines", "prism", "flink", "--work", str(tmp_path)]) == 130
+    finally:
+        signal.signal(signal.SIGINT, handlers[0])
+        signal.signal(signal.SIGTERM, handlers[1])
+    assert runs == ["prism"]  # nothing runs after it
+    [line] = (tmp_path / "results.jsonl").read_text().splitlines()
+    assert json.loads(line)["exit"] == "interrupted" and json.loads(line)["docs"] == 10
