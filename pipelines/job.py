@@ -145,7 +145,7 @@ def run_stage(config: JobConfig, plan: StagePlan, options: PipelineOptions, forc
     if not counts.reconciles:
         _LOGGER.error("stage %s does not reconcile: in=%d out=%d rejected=%d failed=%d", plan.name,
                       counts.records_in, counts.out, counts.rejected, counts.failed)
-    report = StageReport(plan.name, counts, False, time.perf_counter() - t0, tuple(outputs), tuple(other.items()))
+    report = StageReport(plan.name, counts, False, seconds, tuple(outputs), tuple(other.items()))
     check_error_ratio(config, report)  # no manifest: the stage reruns after a fix
     write_manifest(config.output, Manifest(
         stage=plan.name, config_hash=plan.config_hash, inputs_fingerprint=plan.fingerprint,
@@ -156,7 +156,7 @@ def run_stage(config: JobConfig, plan: StagePlan, options: PipelineOptions, forc
     ))
     _LOGGER.info("stage %s: done in %.1fs (in=%d out=%d rejected=%d failed=%d)", plan.name, seconds,
                  counts.records_in, counts.out, counts.rejected, counts.failed)
-    return StageReport(plan.name, counts, False, seconds, tuple(outputs), tuple(other.items()))
+    return report
 
 
 def error_ratio_limit(config: JobConfig, stage: str) -> Optional[float]:

@@ -105,6 +105,61 @@ def test_a_stage_runs_counts_its_files_and_writes_its_manifest_last(tmp_path):
     assert manifest.extra["seconds"] == round(manifest.extra["seconds"], 3)
 
 
+class Clock:
+    """``time.perf_counter`` that advances a fixed step at each call."""
+
+    def __init__(self, start: float, step: float) -> None:
+        self.now, self.step = start, step
+
+    def __call__(self) -> float:
+        value, self.now = self.now, self.now + self.step
+        return value
+
+
+def test_the_report_and_the_manifest_time_the_stage_from_its_start(tmp_path, monkeypatch):
+    config = job_config(tmp_path)
+    monkeypatch.setattr(job.time, "perf_counter", Clock(1000.0, 2.34567))
+    report = job.run_stage(config, Stage(config.output).plan(), options(config), force=False)
+    assert report.seconds == pytest.approx(2.34567)  # the first reading after the runner, less the start
+    assert read_manifest(config.output, "extract").extra["seconds"] == 2.346
+
+
+def test_the_runner_gets_the_options_and_the_manifest_the_code_version(tmp_path):
+    from pipelines.manifest import code_version
+
+    config = job_config(tmp_path)
+    given = []
+    stage = Stage(config.output)
+    plan = stage.plan()
+    plan = StagePlan(**{**plan.__dict__, "runner": lambda opts: given.append(opts) or stage(opts)})
+    opts = options(config)
+    job.run_stage(config, plan, opts, force=False)
+    assert given == [opts]
+    assert read_manifest(config.output, "extract").code_version == code_version()
+
+
+def test_a_manifest_without_counters_resumes_with_none(tmp_path):
+    config = job_config(tmp_path)
+    stage = Stage(config.output)
+    job.run_stage(config, stage.plan(), options(config), force=False)
+    path = tmp_path / "out" / "manifests" / "extract.json"
+    data = json.loads(path.read_text())
+    del data["extra"]["counters"]  # written by a version that did not record them
+    path.write_text(json.dumps(data))
+    again = job.run_stage(config, stage.plan(), options(config), force=False)
+    assert again.skipped and again.counters == () and stage.calls == 1
+
+
+def test_the_progress_line_shows_only_when_asked(tmp_path, capsys):
+    config = job_config(tmp_path)
+    stage = Stage(config.output)
+    job.run_stage(config, stage.plan(), options(config), force=False)
+    assert capsys.readouterr().err == ""
+    job.run_stage(config, stage.plan(input_bytes=10_000), options(config), force=True, show_progress=True)
+    err = capsys.readouterr().err
+    assert err.startswith("extract:") and err.endswith("\n") and err.count("\n") == 1
+
+
 def test_a_matching_manifest_resumes_and_anything_else_reruns(tmp_path):
     config = job_config(tmp_path)
     stage = Stage(config.output)
@@ -176,6 +231,11 @@ def test_more_failures_than_the_limit_end_the_stage_without_a_manifest(tmp_path)
     assert len(first) == len("  ValueError: ") + 300 + len(" [...] (in-0.jsonl@0)")
     assert lines[-1] == "(all of them in failed/extract/)"
     assert raised.value.report.counts.failed == 4 and read_manifest(config.output, "extract") is None
+    failed_report = raised.value.report  # the report the job prints: every field, not only the counts
+    assert (failed_report.stage, failed_report.skipped) == ("extract", False) and failed_report.seconds >= 0
+    assert failed_report.outputs == (str(tmp_path / "out" / "docs" / "extract" / "part-0.parquet"),
+                                     str(tmp_path / "out" / "failed" / "extract" / "part-0.parquet"))
+    assert failed_report.counters == ()
     # exactly at the limit: allowed
     at = job_config(tmp_path / "at", max_error_ratio=0.8)
     ok = Stage(at.output, out=1, rejected=0, failed=4, totals={"records_in": 5, "failed_ValueError": 4})
