@@ -23,7 +23,7 @@ from transforms.clean.language_rules import (
     tables,
 )
 from transforms.clean.rules import GopherQualityRules, QualityRules
-from transforms.clean.segment import char_words, dominant_script, segmenter_name, words
+from transforms.clean.segment import char_words, dominant_script, merged_spans, segmenter_name, words
 from transforms.clean.signals import STOP_WORDS, compute_signals, count_sentences
 from transforms.doc import Doc
 
@@ -68,6 +68,25 @@ def test_newmm_segments_thai():
     assert 15 <= len(got) <= 30 and " " not in got
 
 
+def test_kiwi_segments_korean_into_morphemes_with_their_particles_apart():
+    sentence = leipzig("ko")[0]  # 북핵외교를 전담하는 별도조직인 한반도평화교섭본부가 있어 ...
+    got = words(sentence, "ko")
+    assert got[:3] == ["북핵", "외교", "를"]  # the object particle is a word of its own
+    assert "한반도평화교섭본부" in got and "가" in got and got[-1] == "."
+    assert "".join(got) == "".join(sentence.split())  # every character once, none lost
+    assert len(got) > 2 * len(sentence.split())
+    assert words("외교부입니다.", "ko") == ["외교부", "입니다", "."]  # 이 + ᆸ니다 overlap: one word
+    assert segmenter_name("ko") == "kiwi" and segmenter_name("", "Hang") == "kiwi"
+    number = "1" * 5000  # a long number is one word, in no time
+    assert words(f"가격은 {number}원", "ko") == ["가격", "은", number, "원"]
+    assert words("", "ko") == [] and words(" \n ", "ko") == []
+
+
+def test_merged_spans():
+    assert merged_spans([(0, 2), (2, 3), (3, 3), (3, 4), (3, 6), (5, 7), (8, 9)]) == [(0, 2), (2, 3), (3, 7), (8, 9)]
+    assert merged_spans([(4, 4)]) == [] and merged_spans([(0, 5), (1, 2)]) == [(0, 5)]
+
+
 def test_dominant_script():
     assert dominant_script(leipzig("ja")[1]) == "Kana"  # Kana wins over Han in Japanese
     assert dominant_script(leipzig("zh")[0]) == "Hani"
@@ -80,6 +99,7 @@ def test_stop_words_are_the_documents_language():
     german = profile("de", "")
     assert {"der", "die", "und"} <= german.stop_words and "the" not in german.stop_words
     assert {"的", "是"} <= profile("zh", "").stop_words and "の" in profile("ja", "").stop_words
+    assert {"를", "의", "은", "는"} <= profile("ko", "").stop_words  # particles, apart from their words
     text = document("de")
     assert compute_signals(text, None, german.stop_words).stop_words >= 5
     assert compute_signals(text).stop_words == 0  # English stop words: a German text has none
