@@ -1,6 +1,6 @@
 """The quality rules per language: kept share and drop reasons, old (English-only) vs new.
 
-    .venv/bin/python -m benchmarks.bench_language_rules
+    .venv/bin/python -m benchmarks.bench_language_rules [--extra-sentences DIR]
 
 Documents: (1) per language of ``../shared/data/langid/lingua_sentences``, 200 documents
 of 5-12 held-out Leipzig sentences (the odd-numbered lines; the fit in
@@ -12,7 +12,11 @@ Columns: ``old``: the rules as before this change (``rules_languages: [en]``: ot
 languages are not checked, so all kept); ``en-rules``: the English rules (whitespace
 words, Gopher's stop words, English thresholds) on every language; ``new``: the
 per-language rules (``transforms/clean/language_rules.py``), the clean stage's default.
-Reasons: the top reasons of the new rules' drops. Also the CPU cost of the signals per
+Reasons: the top reasons of the new rules' drops. With ``--extra-sentences DIR`` (lingua-py's
+``language-testdata/sentences``, as for ``benchmarks.fit_language_rules``), also the
+held-out documents of the languages fitted from it: ``script`` = the rules they had before
+their tables (their script's default other than their own table, stop-word rule off),
+``own`` = their own table. Also the CPU cost of the signals per
 document by segmenter, before and after, on the clean benchmark's documents
 (``benchmarks.anomalies.sized_documents``: ~3 KB chunks of the books and Leipzig runs).
 """
@@ -27,9 +31,9 @@ from pathlib import Path
 from typing import Optional
 
 from benchmarks.anomalies import sized_documents
-from benchmarks.fit_language_rules import SEED, documents, languages, sentences
+from benchmarks.fit_language_rules import SEED, documents, extra_languages, languages, sentences
 from models.fasttext_models import LanguageIdentifier
-from transforms.clean.language_rules import document_rules, profile
+from transforms.clean.language_rules import document_rules, profile, script_profile, tables
 from transforms.clean.rules import QualityRules, first_failure
 from transforms.clean.signals import compute_signals
 from transforms.extract.extract import ExtractConfig, extract_record
@@ -67,6 +71,28 @@ def verdicts(lang: str, text: str, rules: QualityRules) -> tuple[Optional[str], 
     prof = profile(lang, text)
     new = first_failure(compute_signals(text, prof.segment(), prof.stop_words), document_rules(rules, prof))
     return tuple(None if v is None else v[0] for v in (old, en_rules, new))  # type: ignore[return-value]
+
+
+def extra_verdicts(lang: str, text: str, rules: QualityRules) -> tuple[Optional[str], Optional[str]]:
+    """The reason (None: kept) under the script default and under the language's own table."""
+    out = []
+    for prof in (script_profile(lang, text, without=lang), profile(lang, text)):
+        out.append(first_failure(compute_signals(text, prof.segment(), prof.stop_words), document_rules(rules, prof)))
+    return tuple(None if v is None else v[0] for v in out)  # type: ignore[return-value]
+
+
+def extra_table(rows: dict[str, list[tuple[Optional[str], ...]]]) -> str:
+    lines = [f"{'lang':<6}{'docs':>6}{'script':>8}{'own':>7}  top reasons of the own table's drops"]
+    for lang, verdicts_ in sorted(rows.items()):
+        n = len(verdicts_)
+        kept = [sum(v[i] is None for v in verdicts_) / n for i in range(2)]
+        reasons = Counter(v[1] for v in verdicts_ if v[1] is not None).most_common(3)
+        lines.append(f"{lang:<6}{n:>6}{kept[0]:>8.2f}{kept[1]:>7.2f}  " + ", ".join(f"{r} {c}" for r, c in reasons))
+    script_kept = [v[0] is None for vs in rows.values() for v in vs]
+    own_kept = [v[1] is None for vs in rows.values() for v in vs]
+    lines.append(f"{'all':<6}{len(own_kept):>6}{sum(script_kept) / len(script_kept):>8.2f}"
+                 f"{sum(own_kept) / len(own_kept):>7.2f}")
+    return "\n".join(lines)
 
 
 def table(rows: dict[str, list[tuple[Optional[str], ...]]], fallback: dict[str, str]) -> str:
@@ -112,6 +138,8 @@ def speed(texts: list[str], langs: list[str]) -> str:
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--docs", type=int, default=HELD_OUT_DOCS, help="held-out documents per language")
+    parser.add_argument("--extra-sentences", type=Path, default=None, metavar="DIR",
+                        help="also the languages fitted from this lingua-py sentences folder")
     args = parser.parse_args(argv)
     rules = QualityRules()
     leipzig: dict[str, list[tuple[Optional[str], ...]]] = {}
@@ -120,6 +148,16 @@ def main(argv: Optional[list[str]] = None) -> int:
         leipzig[lang] = [verdicts(lang, d, rules) for d in docs]
     print(f"Leipzig held-out documents ({args.docs} per language, 5-12 sentences), kept share:")
     print(table(leipzig, {}))
+    if args.extra_sentences is not None:
+        extra: dict[str, list[tuple[Optional[str], ...]]] = {}
+        for lang in extra_languages(args.extra_sentences):
+            if lang not in tables():
+                continue  # not fitted (the committed table predates the folder's file)
+            docs = documents(lang, sentences(lang, "held_out", args.extra_sentences), args.docs, SEED + 1)
+            extra[lang] = [extra_verdicts(lang, d, rules) for d in docs]
+        print(f"\nHeld-out documents of the {len(extra)} languages fitted from {args.extra_sentences} "
+              f"({args.docs} per language), kept share:")
+        print(extra_table(extra))
     lid = LanguageIdentifier.load(str(LID))
     texts = warc_documents()
     mixes = lid.identify(texts)

@@ -3,6 +3,7 @@ thresholds chosen by the document's language, the script fallback, the clean def
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -22,14 +23,18 @@ from transforms.clean.language_rules import (
     rules_for,
     tables,
 )
-from transforms.clean.rules import GopherQualityRules, QualityRules
-from transforms.clean.segment import char_words, dominant_script, merged_spans, segmenter_name, words
+from transforms.clean.rules import GopherQualityRules, QualityRules, family_failure
+from transforms.clean.segment import char_words, dominant_script, merged_spans, segmenter, segmenter_name, words
 from transforms.clean.signals import STOP_WORDS, compute_signals, count_sentences
 from transforms.doc import Doc
 
 # Article 1 of the Universal Declaration of Human Rights in Thai (the UN's translation).
 THAI = ("มนุษย์ทั้งหลายเกิดมามีอิสระและเสมอกันในเกียรติศักด์และสิทธิ "
         "ต่างมีเหตุผลและมโนธรรม และควรปฏิบัติต่อกันด้วยเจตนารมณ์แห่งภราดรภาพ")
+
+
+def words_of(lang: str):
+    return segmenter(segmenter_name(lang))
 
 
 def leipzig(lang: str) -> list[str]:
@@ -135,14 +140,51 @@ def test_a_language_without_a_table_falls_back_by_script():
     assert (cantonese.table, cantonese.segmenter, cantonese.stop_words) == ("zh", "jieba", frozenset())
     assert cantonese.fallback == "Hani script default"
     assert document_rules(QualityRules(), cantonese).gopher_quality.min_stop_words is None
-    finnish = profile("fi", "Kaikki ihmiset syntyvät vapaina ja tasavertaisina arvoltaan ja oikeuksiltaan.")
-    assert (finnish.table, finnish.segmenter) == ("", "whitespace")
-    assert finnish.fallback == "Latn script default: configured thresholds"
-    belarusian = profile("be", "Усе людзі нараджаюцца свабоднымі і роўнымі ў сваёй годнасці і правах.")
-    assert (belarusian.table, belarusian.fallback) == ("ru", "Cyrl script default")
-    thai = profile("th", THAI)
-    assert (thai.table, thai.segmenter, thai.fallback) == ("", "newmm", "Thai script default: configured thresholds")
-    assert "fi" not in tables() and "ru" in tables()
+    # languages lid.176 emits that have no table (no sentences to fit them on), by script
+    galician = profile("gl", "Todos os seres humanos nacen libres e iguais en dignidade e dereitos.")
+    assert (galician.table, galician.segmenter) == ("", "whitespace")
+    assert galician.fallback == "Latn script default: configured thresholds"
+    tatar = profile("tt", "Усе людзі нараджаюцца свабоднымі і роўнымі ў сваёй годнасці і правах.")  # Cyrillic text
+    assert (tatar.table, tatar.fallback) == ("ru", "Cyrl script default")
+    thai_script = profile("xx", THAI)
+    assert (thai_script.table, thai_script.segmenter, thai_script.punctuation) == ("th", "newmm", False)
+    assert thai_script.fallback == "Thai script default, no punctuation rules"
+    assert (profile("xx", "Όλοι οι άνθρωποι γεννιούνται ελεύθεροι").table, profile("yi", "כל מענטשן").table) == ("el", "he")
+    thai = profile("th", THAI)  # its own table (fitted with --extra-sentences), no punctuation rules
+    assert (thai.table, thai.segmenter, thai.punctuation, thai.fallback) == ("th", "newmm", False, "")
+    assert {"ที่", "และ", "ใน"} <= thai.stop_words
+    assert "gl" not in tables() and "ru" in tables() and "fi" in tables()
+
+
+def test_thai_lao_and_myanmar_are_not_judged_by_sentence_punctuation():
+    # Thai separates sentences with a space and ends them with no mark: UDHR article 1, two lines
+    text = THAI.replace(" ", "\n", 1)
+    signals = compute_signals(text, words_of("th"))
+    assert signals.c4_sentences == 0 and signals.fineweb_line_punct_ratio == 0.0
+    rules = QualityRules()
+    thai = document_rules(rules, profile("th", text))
+    assert (thai.c4.min_sentences, thai.fineweb.min_line_punct_ratio, thai.c4.max_dropped_lines_frac) == (None, None, None)
+    assert thai.fineweb.max_dup_line_char_ratio == rules.fineweb.max_dup_line_char_ratio  # the others stay
+    assert thai.gopher_quality.min_words == rules.gopher_quality.min_words
+    # the configured rules drop it for its punctuation, Thai's do not
+    assert family_failure(signals, rules.c4)[0] == "c4_sentences"
+    assert family_failure(signals, rules.fineweb)[0] == "fineweb_line_punct_ratio"
+    assert family_failure(signals, thai.c4) is None and family_failure(signals, thai.fineweb) is None
+    dropped_lines = QualityRules(c4=dataclasses.replace(rules.c4, max_dropped_lines_frac=0.5))
+    assert document_rules(dropped_lines, profile("th", text)).c4.max_dropped_lines_frac is None
+    for lang, text_ in (("lo", "ມະນຸດທຸກຄົນເກີດມາມີສິດເສລີພາບ"), ("my", "လူတိုင်းသည် တူညီ လွတ်လပ်သော"),
+                        ("xx", THAI)):  # by language code, or by the script of an unknown one
+        assert not profile(lang, text_).punctuation, lang
+    assert profile("km", "មនុស្សទាំងអស់កើតមកមានសេរីភាព").punctuation  # Khmer ends sentences with khan
+    assert all(profile(lang, "").punctuation for lang in ("en", "zh", "ja", "ko", "hi"))
+    assert rules_for(rules, "", True, False).c4.min_sentences is None
+    assert rules_for(rules, "", True, True).c4.min_sentences == 5
+
+
+def test_khmer_khan_ends_lines_and_sentences():
+    khmer = "មនុស្សទាំងអស់កើតមកមានសេរីភាព។ គេមានវិចារណញ្ញាណ។\nបន្ទាត់ទីពីរ៕"
+    assert count_sentences(khmer) == 3
+    assert compute_signals(khmer).fineweb_line_punct_ratio == 1.0
 
 
 def _doc(lang: str, text: str, lang_rules: bool = True) -> Doc:
@@ -164,8 +206,8 @@ def test_the_default_applies_rules_to_every_language():
     assert select(_doc("de", stripped), cfg, None)[0] == "gopher_stop_words"
     verdict = select(_doc("yue", spam), cfg, None)
     assert verdict[1].endswith("[yue: rules of zh, Hani script default]")
-    assert select(_doc("fi", "Kaikki ihmiset syntyvät vapaina."), cfg, None)[1].endswith(
-        " [fi: Latn script default: configured thresholds]")
+    assert select(_doc("gl", "Todos os seres humanos nacen libres."), cfg, None)[1].endswith(
+        " [gl: Latn script default: configured thresholds]")
     # language_rules off: English words and stop words for German, as before
     old = CleanConfig(langid=LangIdConfig(model="lid.ftz", languages=()), language_rules=False)
     assert select(_doc("de", document("de"), lang_rules=False), old, None)[0] == "gopher_stop_words"

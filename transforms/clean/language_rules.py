@@ -7,7 +7,9 @@ for the rules whose scale depends on the language, thresholds fitted on that lan
 own distribution. ``language_rules.json`` beside this module holds the fitted tables; it
 is written by ``python -m benchmarks.fit_language_rules`` from the Leipzig web sentences
 in ``../shared/data/langid/lingua_sentences`` (20 languages, 1,000 sentences or fewer
-each; the derived word lists and numbers only, no text).
+each) and, with ``--extra-sentences``, the 47 more of the same source (lingua-py's
+``language-testdata``) that lid.176 can emit, Thai among them (the derived word lists and
+numbers only, no text; 66 tables and English).
 
 Method (``fit_language``; the fit uses the even-numbered sentences of each file, the
 benchmark ``benchmarks.bench_language_rules`` measures on the odd-numbered ones):
@@ -44,11 +46,19 @@ benchmark ``benchmarks.bench_language_rules`` measures on the odd-numbered ones)
 A language with no fitted table uses, by the dominant script of the document, the
 table of ``SCRIPT_DEFAULTS`` (Latin: English, i.e. the configured thresholds; Cyrillic:
 Russian; Arabic script: Arabic; Devanagari: Hindi; Han: Chinese; Kana: Japanese; Hangul:
-Korean; Lao, Khmer, Myanmar (character words): Japanese) with its stop-word rule off
-(another language's stop words would reject it); any other script (Thai, Greek, ...)
-keeps the configured thresholds, stop-word rule off. The rejection detail names the
+Korean; Thai: Thai; Greek: Greek; Hebrew script: Hebrew; Lao, Khmer, Myanmar (character
+words): Japanese) with its stop-word rule off (another language's stop words would
+reject it); any other script keeps the configured thresholds, stop-word rule off. The rejection detail names the
 table used (``[rules of ru: Cyrl script default]``) and the clean stage counts these
 documents (``rules_fallback``).
+
+Thai, Lao and Myanmar (by language code or, for any other code, by the document's
+dominant script) get no punctuation rules (``PUNCTUATION_SIGNALS``: C4's sentence count
+and dropped lines, FineWeb's line-end punctuation): their writing separates sentences
+with a space or ends them with no mark that web text uses consistently, so a count of
+sentence-ending marks says nothing about the text's quality and would reject nearly every
+document (FineWeb-2 sets ``line_punct_thr: 0.0`` for tha_Thai, lao_Laoo and mya_Mymr, and
+runs no C4 filter at all). Khmer keeps them: its khan (។) ends sentences and counts.
 """
 
 from __future__ import annotations
@@ -76,7 +86,13 @@ FITTED_RULES: tuple[str, ...] = (
     "fineweb.max_short_line_ratio", "fineweb.max_newline_word_ratio",
 )
 SCRIPT_DEFAULTS: dict[str, str] = {"Latn": "en", "Cyrl": "ru", "Arab": "ar", "Deva": "hi", "Hani": "zh",
-                                   "Kana": "ja", "Hang": "ko", "Laoo": "ja", "Khmr": "ja", "Mymr": "ja"}
+                                   "Kana": "ja", "Hang": "ko", "Thai": "th", "Grek": "el", "Hebr": "he",
+                                   "Laoo": "ja", "Khmr": "ja", "Mymr": "ja"}
+# Languages and scripts whose documents are not checked by sentence-ending punctuation.
+NO_PUNCTUATION_LANGUAGES: frozenset[str] = frozenset({"th", "lo", "my"})
+NO_PUNCTUATION_SCRIPTS: frozenset[str] = frozenset({"Thai", "Laoo", "Mymr"})
+PUNCTUATION_SIGNALS: frozenset[str] = frozenset({"c4_sentences", "c4_dropped_lines_frac",
+                                                 "fineweb_line_punct_ratio"})
 REFERENCE_DOCS = 400
 MIN_STOP_WORDS = 4
 MAX_STOP_WORDS = 40
@@ -105,6 +121,7 @@ class LanguageProfile:
     stop_words: frozenset[str]  # empty: the stop-word rule is off
     table: str  # the language whose table applies ("" : the configured thresholds)
     fallback: str  # "" when the language has its own table, else why this one applies
+    punctuation: bool = True  # False: the punctuation rules (PUNCTUATION_SIGNALS) are off
 
     def segment(self) -> Optional[Callable[[str], list[str]]]:
         return None if self.segmenter == "whitespace" else segmenter(self.segmenter)
@@ -132,24 +149,34 @@ def tables() -> dict[str, LanguageTable]:
 def profile(lang: str, text: str) -> LanguageProfile:
     """The segmenter, stop words and rule table of a document in ``lang``: its own table,
     else its dominant script's default (``SCRIPT_DEFAULTS``) without stop words."""
-    known = tables()
-    if lang in known:
+    if lang in tables():
         return _own_profile(lang)
+    return script_profile(lang, text)
+
+
+def script_profile(lang: str, text: str, without: str = "") -> LanguageProfile:
+    """The profile by the text's dominant script (``SCRIPT_DEFAULTS``), stop-word rule off:
+    what a language without a table of its own gets (``without``: a table not to use, as
+    if it had not been fitted)."""
     script = dominant_script(text)
     default = SCRIPT_DEFAULTS.get(script, "")
+    default = "" if default == without else default
     name = segmenter_name(lang, script) if not default else segmenter_name(default, script)
     if default == "en" or not default:
         why = f"{script or 'no'} script default: configured thresholds"
         default = ""
     else:
         why = f"{script} script default"
-    return LanguageProfile(lang, name, frozenset(), default, why)
+    punctuation = lang not in NO_PUNCTUATION_LANGUAGES and script not in NO_PUNCTUATION_SCRIPTS
+    if not punctuation:
+        why += ", no punctuation rules"
+    return LanguageProfile(lang, name, frozenset(), default, why, punctuation)
 
 
 @lru_cache(maxsize=None)
 def _own_profile(lang: str) -> LanguageProfile:
     return LanguageProfile(lang, segmenter_name(lang), tables()[lang].stop_words,
-                           "" if lang == "en" else lang, "")
+                           "" if lang == "en" else lang, "", lang not in NO_PUNCTUATION_LANGUAGES)
 
 
 def mapped(threshold: Threshold, ab: tuple[float, float]) -> Threshold:
@@ -160,9 +187,10 @@ def mapped(threshold: Threshold, ab: tuple[float, float]) -> Threshold:
 
 
 @lru_cache(maxsize=256)
-def rules_for(rules: QualityRules, table: str, stop_words: bool = True) -> QualityRules:
-    """``rules`` with the fitted rules mapped by ``table``'s maps ("": unchanged), and the
-    stop-word rule off when ``stop_words`` is false."""
+def rules_for(rules: QualityRules, table: str, stop_words: bool = True, punctuation: bool = True) -> QualityRules:
+    """``rules`` with the fitted rules mapped by ``table``'s maps ("": unchanged), the
+    stop-word rule off when ``stop_words`` is false and the punctuation rules
+    (``PUNCTUATION_SIGNALS``) off when ``punctuation`` is false."""
     maps = tables()[table].maps if table else {}
     sections = {}
     for family in type(rules).sections:
@@ -174,6 +202,8 @@ def rules_for(rules: QualityRules, table: str, stop_words: bool = True) -> Quali
                 changes[rule.key] = mapped(getattr(section, rule.key), maps[key])
             if rule.signal == "stop_words" and not stop_words:
                 changes[rule.key] = None
+            if rule.signal in PUNCTUATION_SIGNALS and not punctuation:
+                changes[rule.key] = None
         if changes:
             sections[family] = dataclasses.replace(section, **changes)
     return dataclasses.replace(rules, **sections) if sections else rules
@@ -181,7 +211,7 @@ def rules_for(rules: QualityRules, table: str, stop_words: bool = True) -> Quali
 
 def document_rules(rules: QualityRules, prof: LanguageProfile) -> QualityRules:
     """The thresholds a document of profile ``prof`` is checked against."""
-    return rules_for(rules, prof.table, bool(prof.stop_words))
+    return rules_for(rules, prof.table, bool(prof.stop_words), prof.punctuation)
 
 
 # --- fitting (used by benchmarks/fit_language_rules.py) ----------------------------------

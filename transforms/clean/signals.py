@@ -36,13 +36,15 @@ from transforms.doc import Signals
 STOP_WORDS = frozenset({"the", "be", "to", "of", "and", "that", "have", "with"})
 BULLETS = ("•", "-", "*", "·", "‣", "◦", "–")
 # Also the full stops of Devanagari (danda, double danda), Arabic (question mark, Urdu full
-# stop), Armenian, Ethiopic and Myanmar, so their lines and sentences end as Latin ones do.
-TERMINAL_PUNCT = (".", "!", "?", '"', "”", "'", "’", "…", "。", "！", "？", "।", "॥", "؟", "۔", "։", "።", "။")
+# stop), Armenian, Ethiopic, Myanmar and Khmer (khan, bariyoosan), so their lines and
+# sentences end as Latin ones do.
+TERMINAL_PUNCT = (".", "!", "?", '"', "”", "'", "’", "…", "。", "！", "？", "।", "॥", "؟", "۔", "։", "።", "။",
+                  "។", "៕")
 C4_POLICY = ("terms of use", "privacy policy", "cookie policy", "uses cookies", "use of cookies",
              "use cookies")
 # A sentence ends with a run of these, then any closing quotes or brackets (`."`, `.)`,
 # `.”`, `!»`), then whitespace or the end of the text.
-_SENTENCE_PUNCT = ".!?。！？।॥؟۔։።။"
+_SENTENCE_PUNCT = ".!?。！？।॥؟۔։።။។៕"
 SENTENCE_CLOSERS = "\"'”’»)]）」』"
 # The full-width full stops of Chinese and Japanese end a sentence with or without a space
 # after them (those languages put none between sentences), when text precedes them.
