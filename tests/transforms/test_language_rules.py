@@ -231,3 +231,21 @@ def test_committed_table_is_the_fit_of_the_shared_data():
     shared("langid", "lingua_sentences", "en.txt")
     text = json.dumps(fit_language_rules.fit(), ensure_ascii=False, indent=1, sort_keys=True) + "\n"
     assert LANGUAGE_RULES_FILE.read_text(encoding="utf-8") == text
+
+
+def test_extra_sentences_add_the_languages_shared_lacks_and_lid_can_emit(tmp_path):
+    german = shared("langid", "lingua_sentences", "de.txt").read_text(encoding="utf-8")
+    for name in ("nb", "zu", "de"):  # Bokmål (lid.176: no), Zulu (not in lid.176), German (in shared)
+        (tmp_path / f"{name}.txt").write_text(german, encoding="utf-8")
+    (tmp_path / "notes.md").write_text("not a sentence file")
+    assert fit_language_rules.extra_languages(tmp_path) == ["no"]
+    assert fit_language_rules.sentences("no", "fit", tmp_path) == fit_language_rules.sentences("de", "fit")
+    with pytest.raises(ValueError, match="no <language>.txt sentence files"):
+        fit_language_rules.extra_languages(tmp_path / "notes.md")
+    # the committed extra tables are carried as they are, each with its file's hash
+    extras = fit_language_rules.committed_extras()
+    assert {"th", "el", "he", "no", "fi"} <= set(extras) and not set(extras) & set(fit_language_rules.languages())
+    assert all(len(e["extra_sentences_sha256"]) == 64 for e in extras.values())
+    with pytest.raises(SystemExit) as refused:
+        fit_language_rules.main(["--extra-sentences", str(tmp_path / "missing")])
+    assert refused.value.code == 2
