@@ -207,13 +207,16 @@ def test_page_with_a_teaser_list_is_trimmed_like_the_peer(scrapinghub_pages):
 def test_embedded_social_posts_are_renamed_for_the_main_content_pass():
     html = ('<p>Story.</p><blockquote class="twitter-tweet" data-width="550"><p>Said this.</p></blockquote>'
             '<blockquote class="instagram-media"><p>Posted that.</p></blockquote>'
-            '<blockquote class="pullquote"><p>Kept as it is.</p></blockquote><div class="twitter-tweet">x</div>')
+            '<blockquote class="pullquote"><p>Kept as it is.</p></blockquote><div class="twitter-tweet">x</div>'
+            '<BLOCKQUOTE class="tiktok-embed wide">Upper-case tag.</BLOCKQUOTE>'
+            '<blockquote class="twitter-tweet-like">Only a longer class name.</blockquote><blockquote>bare</blockquote>')
     tree = HTMLTree.parse(html)
-    assert keep_embedded_posts(tree, html) == 2
+    assert keep_embedded_posts(tree) == 3
     classes = [el.getattr("class") for el in tree.document.query_selector_all("blockquote, div")]
-    assert classes == ["embedded-post", "embedded-post", "pullquote", "twitter-tweet"]
+    assert classes == ["embedded-post", "embedded-post", "pullquote", "twitter-tweet", "embedded-post",
+                       "twitter-tweet-like", None]
     plain = "<p>No embeds here, only a story.</p><blockquote class=\"pullquote\">q</blockquote>"
-    assert keep_embedded_posts(HTMLTree.parse(plain), plain) == 0
+    assert keep_embedded_posts(HTMLTree.parse(plain)) == 0
 
 
 def test_a_story_keeps_the_posts_it_quotes(scrapinghub_pages):

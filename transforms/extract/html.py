@@ -115,7 +115,6 @@ CORE_MIN_CHAR_SHARE = 0.5
 # trafilatura and the scrapinghub truth keep them: page 0dd13570 F1 0.762 -> 0.980,
 # trafilatura 0.971). Their class is renamed before extraction; no page of the 90 got worse.
 EMBEDDED_POSTS = ("twitter-tweet", "instagram-media", "tiktok-embed", "reddit-embed", "fb-post")
-_EMBEDDED_SELECTOR = ", ".join(f"blockquote.{name}" for name in EMBEDDED_POSTS)
 
 
 def _codec(name: str) -> Optional[str]:
@@ -193,16 +192,18 @@ def normalize_text(text: str) -> str:
     return _BLANK_LINES.sub("\n\n", "\n".join(lines)).strip()
 
 
-def keep_embedded_posts(tree: HTMLTree, html: str) -> int:
-    """Renames the class of each embedded social post (``EMBEDDED_POSTS``) so the
-    main-content pass keeps its text; the number renamed. Pages without one pay a
-    substring scan per name."""
-    if not any(name in html for name in EMBEDDED_POSTS):
-        return 0
-    found = tree.document.query_selector_all(_EMBEDDED_SELECTOR)
-    for element in found:
-        element.setattr("class", "embedded-post")
-    return len(found)
+def keep_embedded_posts(tree: HTMLTree) -> int:
+    """Renames the class of each embedded social post (a ``blockquote`` of a class in
+    ``EMBEDDED_POSTS``) so the main-content pass keeps its text; the number renamed.
+    The parsed tree's blockquotes are looked up by tag (~0.15 ms on a 180 KB page here;
+    five substring scans of the page's HTML cost ~0.5 ms, a CSS selector query ~0.17)."""
+    found = 0
+    for element in tree.document.get_elements_by_tag_name("blockquote"):
+        classes = element.class_list
+        if any(name in classes for name in EMBEDDED_POSTS):
+            element.setattr("class", "embedded-post")
+            found += 1
+    return found
 
 
 def _resiliparse_text(tree: HTMLTree) -> str:
@@ -336,7 +337,7 @@ def extract_html(payload: bytes, declared_charset: str = "",
     if method == Method.TRAFILATURA:
         text, used = _trafilatura_text(html), Method.TRAFILATURA
     else:
-        keep_embedded_posts(tree, html)
+        keep_embedded_posts(tree)
         text, short, lines = trim_to_core(_resiliparse_text(tree))
         used = Method.RESILIPARSE
         if method == Method.CASCADE and needs_fallback(short, lines):
