@@ -7,13 +7,21 @@ import dataclasses
 
 import numpy as np
 
-from transforms.clean.features import FEATURE_NAMES, FEATURE_SET, feature_matrix, signal_vector
+from transforms.clean.features import (
+    FEATURE_NAMES,
+    FEATURE_SET,
+    SIGNALS_FINGERPRINT,
+    feature_matrix,
+    signal_vector,
+    signals_fingerprint,
+)
 from transforms.clean.signals import compute_signals
 from transforms.doc import Signals
 
-# signals-v1, in order: trained models read their inputs by position. Another list is
-# another FEATURE_SET_VERSION (and models trained on v1 are refused: tests/models).
-SIGNALS_V1 = (
+# signals-v2's names, in order (v1's list, read per language since v2): trained models
+# read their inputs by position. Another list is another FEATURE_SET_VERSION (and models
+# trained on another set are refused: tests/models).
+SIGNALS_V2 = (
     "chars", "words", "lines", "mean_word_length", "symbol_word_ratio", "bullet_lines_ratio",
     "ellipsis_lines_ratio", "alpha_words_ratio", "stop_words", "dup_line_frac", "dup_para_frac",
     "dup_line_char_frac", "dup_para_char_frac", "top_2gram_char_frac", "top_3gram_char_frac",
@@ -27,7 +35,14 @@ SIGNALS_V1 = (
 
 
 def test_the_feature_list_is_explicit_and_versioned():
-    assert (FEATURE_SET, FEATURE_NAMES) == ("signals-v1", SIGNALS_V1)
+    assert (FEATURE_SET, FEATURE_NAMES) == ("signals-v2", SIGNALS_V2)
+
+
+def test_what_the_signals_read_per_language_is_pinned_to_the_feature_set():
+    """A refit of language_rules.json, another segmenter or another sentence end changes
+    the signals of some documents: bump FEATURE_SET_VERSION and SIGNALS_FINGERPRINT
+    together, so detectors trained on the old signals are refused ("retrain")."""
+    assert signals_fingerprint() == SIGNALS_FINGERPRINT
 
 
 def test_a_new_signal_does_not_change_the_feature_vector():
@@ -37,4 +52,4 @@ def test_a_new_signal_does_not_change_the_feature_vector():
     extended = extended_type(**vars(signals), new_signal=123.0)
     assert signal_vector(extended) == signal_vector(signals)
     matrix = feature_matrix([extended, signals])
-    assert matrix.shape == (2, len(SIGNALS_V1)) and np.array_equal(matrix[0], matrix[1])
+    assert matrix.shape == (2, len(SIGNALS_V2)) and np.array_equal(matrix[0], matrix[1])

@@ -4,6 +4,15 @@
 taken in log scale. A new signal in ``Signals`` does not change it, so trained models keep
 loading; changing the list means a new ``FEATURE_SET_VERSION`` (models trained on another
 set are refused with "retrain").
+
+So does changing what a listed signal means for some documents: the words and stop words
+of a language (``transforms/clean/language_rules.json``, the segmenters of ``segment.py``)
+and what ends a line or a sentence (``signals.py``). ``SIGNALS_FINGERPRINT`` is the hash of
+those; a test fails when it changes, so a change to them comes with a new version.
+
+* v1 (2026-12-01): whitespace words and Gopher's English stop words for every language.
+* v2 (2026-12-03): words per language (jieba, newmm, kiwi, characters), each language's
+  own stop words (67 tables), CJK, danda and Khmer sentence ends.
 """
 
 from __future__ import annotations
@@ -15,7 +24,7 @@ import numpy as np
 
 from transforms.doc import Signals
 
-FEATURE_SET_VERSION = 1
+FEATURE_SET_VERSION = 2
 FEATURE_NAMES: tuple[str, ...] = (
     "chars", "words", "lines", "mean_word_length", "symbol_word_ratio", "bullet_lines_ratio",
     "ellipsis_lines_ratio", "alpha_words_ratio", "stop_words", "dup_line_frac", "dup_para_frac",
@@ -28,6 +37,23 @@ FEATURE_NAMES: tuple[str, ...] = (
     "unique_word_ratio",
 )
 FEATURE_SET = f"signals-v{FEATURE_SET_VERSION}"
+# signals_fingerprint() when FEATURE_SET_VERSION was last set
+SIGNALS_FINGERPRINT = "7e2f17a7fcc2d706c86c8694a5038d34082f361173ef9e2fc1a641d45520e846"
+
+
+def signals_fingerprint() -> str:
+    """sha256 of what the signals read per language: the fitted tables, the segmenter of
+    each language and script, the line and sentence ends."""
+    import hashlib
+    import json
+
+    from transforms.clean import segment, signals
+    from transforms.clean.language_rules import LANGUAGE_RULES_FILE
+
+    parts = {"tables": hashlib.sha256(LANGUAGE_RULES_FILE.read_bytes()).hexdigest(),
+             "languages": segment.LANGUAGE_SEGMENTERS, "scripts": segment.SCRIPT_SEGMENTERS,
+             "terminal": list(signals.TERMINAL_PUNCT), "sentence": signals._SENTENCE_PUNCT}
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 _LOG_SCALED = frozenset({"chars", "words", "lines", "stop_words", "c4_sentences"})
 
 
