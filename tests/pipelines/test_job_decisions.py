@@ -11,6 +11,7 @@ import io
 import json
 import logging
 import os
+import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -556,3 +557,78 @@ def test_run_job_hands_force_and_the_progress_flag_to_every_stage(tmp_path, monk
     job.run_job(config, force=True, show_progress=True)
     assert seen == [("extract", False, False), ("dedup_exact", False, False),
                     ("extract", True, True), ("dedup_exact", True, True)]
+
+
+class FakePool:
+    """``WorkerPool`` without processes: records its log path; ``fail`` raises on start."""
+
+    made: list = []
+
+    def __init__(self, log, fail: bool = False) -> None:
+        self.log, self.fail, self.address = log, fail, "localhost:50123"
+        FakePool.made.append(self)
+
+    def __enter__(self):
+        if self.fail:
+            raise RuntimeError("pool did not start")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.closed = True
+
+
+def test_main_wires_the_engine_the_worker_pool_the_stages_and_the_logging(tmp_path, monkeypatch, capsys):
+    job_config(tmp_path)
+    ran, engine_calls, memory, loaded = [], [], [], []
+    real_load = run.load_config
+    monkeypatch.setattr(run, "load_config", lambda path, **kw: loaded.append(kw) or real_load(path, **kw))
+    monkeypatch.setattr(run, "_run", lambda args, config, beam_args, out: ran.append((args, config, beam_args)) or 7)
+    monkeypatch.setattr(run, "engine_args", lambda engine, worker_pool, input_bytes:
+                        engine_calls.append((engine, worker_pool, input_bytes)) or [f"--runner={engine}"])
+    monkeypatch.setattr(run, "cap_malloc_arenas", lambda: memory.append("arenas"))
+    monkeypatch.setattr(run, "worker_environment", lambda env: memory.append(env is os.environ))
+    monkeypatch.setattr(run, "WorkerPool", FakePool)
+    FakePool.made = []
+    root = logging.getLogger()
+    before = list(root.handlers), root.level, logging.getLogger("apache_beam").level
+    try:
+        code = run.main(["--config", str(tmp_path / "job.yaml"), "--engine", "spark", "--sdk-workers", "pool",
+                         "--stages", " extract , ,", "--log-level", "debug", "--my_beam_option=1"])
+        assert code == 7 and memory == ["arenas", True]
+        args, config, beam_args = ran[0]
+        assert loaded[0] == {"output": None, "stages": ("extract",)}  # blanks dropped, names stripped
+        data_bytes = os.path.getsize(tmp_path / "docs.jsonl")
+        assert engine_calls == [("spark", "localhost:50123", data_bytes)]  # the configured input's size
+        assert beam_args == ["--runner=spark", "--my_beam_option=1"]  # the engine's first: the user's win
+        [pool] = FakePool.made
+        assert str(pool.log).startswith(os.path.join(tempfile.gettempdir(), "tokenfactory-worker-pool-"))
+        assert pool.closed  # stopped when the run ends
+        assert root.level == logging.DEBUG and logging.getLogger("apache_beam").level == logging.WARNING
+        assert any(isinstance(f, run.RedactingFilter) for h in root.handlers for f in h.filters)
+        run.main(["--config", str(tmp_path / "job.yaml"), "--log-level", "error"])
+        assert logging.getLogger("apache_beam").level == logging.ERROR  # never below the run's level
+        assert engine_calls[1:] == [] and ran[1][2] == []  # no engine: no engine options, no pool
+        assert loaded[1] == {"output": None, "stages": None}
+        assert len(FakePool.made) == 1
+    finally:
+        root.handlers[:] = before[0]
+        root.setLevel(before[1])
+        logging.getLogger("apache_beam").setLevel(before[2])
+
+
+def test_main_turns_a_missing_engine_or_a_failed_pool_into_exit_2(tmp_path, monkeypatch, capsys):
+    job_config(tmp_path)
+    config = str(tmp_path / "job.yaml")
+    monkeypatch.setattr(run, "_run", lambda *a: 0)
+
+    def missing(engine, worker_pool, input_bytes):
+        raise run.EngineMissing("no job server jar for spark (make engines)")
+
+    monkeypatch.setattr(run, "engine_args", missing)
+    assert run.main(["--config", config, "--engine", "spark"]) == 2
+    assert capsys.readouterr().err == "engine error: no job server jar for spark (make engines)\n"
+    monkeypatch.setattr(run, "WorkerPool", lambda log: FakePool(log, fail=True))
+    assert run.main(["--config", config, "--engine", "flink", "--sdk-workers", "pool"]) == 2
+    assert capsys.readouterr().err == "worker pool error: pool did not start\n"
+    logging.getLogger().handlers[:] = [h for h in logging.getLogger().handlers
+                                       if not any(isinstance(f, run.RedactingFilter) for f in h.filters)]
