@@ -7,6 +7,7 @@ every mutant of job.py and run.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import logging
@@ -159,6 +160,26 @@ def test_the_progress_line_shows_only_when_asked(tmp_path, capsys):
     job.run_stage(config, stage.plan(input_bytes=10_000), options(config), force=True, show_progress=True)
     err = capsys.readouterr().err
     assert err.startswith("extract:") and err.endswith("\n") and err.count("\n") == 1
+    assert "  0.0% of input" in err  # the plan's input size: the line shows the share read
+
+
+def test_run_stage_logs_what_it_decided(tmp_path, monkeypatch, caplog):
+    config = job_config(tmp_path)
+    stage = Stage(config.output)
+    monkeypatch.setattr(job.time, "perf_counter", Clock(0.0, 1.25))
+    with caplog.at_level(logging.INFO, logger="pipelines.job"):
+        job.run_stage(config, stage.plan(), options(config), force=False)
+        job.run_stage(config, stage.plan(), options(config), force=False)
+    assert [r.getMessage() for r in caplog.records if r.name == "pipelines.job"] == [
+        "stage extract: running on 1 inputs",
+        "stage extract: done in 1.2s (in=10 out=6 rejected=3 failed=1)",
+        "stage extract: manifest matches config and inputs, skipped"]
+    caplog.clear()
+    odd = Stage(config.output, totals={"records_in": 12, "failed_ValueError": 1})
+    with caplog.at_level(logging.INFO, logger="pipelines.job"):
+        job.run_stage(config, odd.plan(fingerprint="f9"), options(config), force=False)
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert errors == ["stage extract does not reconcile: in=12 out=6 rejected=3 failed=1"]
 
 
 def test_a_matching_manifest_resumes_and_anything_else_reruns(tmp_path):
@@ -290,8 +311,16 @@ def test_a_failing_stage_ends_the_job_with_the_reports_before_it(tmp_path, monke
              "dedup_exact": StagePlan(name="dedup_exact", config_hash="c", inputs=(), fingerprint="f",
                                       build=lambda p: None, runner=broken)}
     monkeypatch.setattr(job, "plan_stage", lambda config, stage: plans[stage])
-    with pytest.raises(job.StageFailed) as raised:
-        job.run_job(config)
+    seen: dict = {}
+    real_store_for = job.store_for
+    monkeypatch.setattr(job, "configure_filesystems", lambda cfg, args: seen.setdefault("filesystems", list(args)))
+    monkeypatch.setattr(job, "store_for", lambda out, args: seen.setdefault("lease", list(args)) and real_store_for(out, args))
+    with pytest.raises(job.StageFailed) as raised, caplog_at(logging.ERROR, "pipelines.job") as records:
+        job.run_job(config, ["--s3_endpoint_url=http://127.0.0.1:9"])
+    # the command line's options reach the driver's filesystems and the lease, after the config's
+    assert seen == {"filesystems": ["--s3_endpoint_url=http://127.0.0.1:9"],
+                    "lease": ["--runner=FnApiRunner", "--direct_num_workers=1", "--s3_endpoint_url=http://127.0.0.1:9"]}
+    assert [(r.getMessage(), r.exc_info is not None) for r in records] == [("stage dedup_exact failed", True)]
     failed = raised.value
     assert failed.stage == "dedup_exact" and [r.stage for r in failed.reports] == ["extract"]
     assert str(failed).startswith("stage dedup_exact failed on FnApiRunner: RuntimeError: engine said no x")
@@ -302,10 +331,13 @@ def test_a_failing_stage_ends_the_job_with_the_reports_before_it(tmp_path, monke
     # too many failures: the failing stage's own report comes with it
     plans["dedup_exact"] = Stage(config.output, name="dedup_exact", out=0, rejected=0, failed=2,
                                  totals={"records_in": 2, "failed_ValueError": 2}).plan()
-    with pytest.raises(job.StageFailed) as raised:
+    with pytest.raises(job.StageFailed) as raised, caplog_at(logging.ERROR, "pipelines.job") as records:
         job.run_job(config)
     assert [r.stage for r in raised.value.reports] == ["extract", "dedup_exact"]
     assert raised.value.reports[0].skipped and "2 of 2 records failed" in str(raised.value)
+    assert str(raised.value).startswith("stage dedup_exact failed on FnApiRunner: TooManyFailures: 2 of 2")
+    assert [r.getMessage().split("\n")[0] for r in records] == [
+        "stage dedup_exact: 2 of 2 records failed (100.0% > max_error_ratio 0.25); the first errors:"]
     assert str(job.StageFailed("s", ValueError("v"), [])) == "stage s failed: ValueError: v"
     # every stage done: one report each, in order
     plans["dedup_exact"] = Stage(config.output, name="dedup_exact").plan()
@@ -577,6 +609,25 @@ class FakePool:
         self.closed = True
 
 
+@contextlib.contextmanager
+def caplog_at(level: int, name: str = "pipelines.run"):
+    """The records logged under ``name`` while open (``main`` reconfigures the root
+    logger, so pytest's caplog handler is gone by then)."""
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    handler = Keep(level)
+    logger = logging.getLogger(name)
+    logger.addHandler(handler)
+    try:
+        yield records
+    finally:
+        logger.removeHandler(handler)
+
+
 def test_main_wires_the_engine_the_worker_pool_the_stages_and_the_logging(tmp_path, monkeypatch, capsys):
     job_config(tmp_path)
     ran, engine_calls, memory, loaded = [], [], [], []
@@ -605,11 +656,28 @@ def test_main_wires_the_engine_the_worker_pool_the_stages_and_the_logging(tmp_pa
         assert pool.closed  # stopped when the run ends
         assert root.level == logging.DEBUG and logging.getLogger("apache_beam").level == logging.WARNING
         assert any(isinstance(f, run.RedactingFilter) for h in root.handlers for f in h.filters)
-        run.main(["--config", str(tmp_path / "job.yaml"), "--log-level", "error"])
+        assert [h.formatter._fmt for h in root.handlers] == ["%(asctime)s %(levelname)s %(name)s: %(message)s"]
+        run.main(["--config", str(tmp_path / "job.yaml"), "--log-level", "error", "--output", str(tmp_path / "o2")])
         assert logging.getLogger("apache_beam").level == logging.ERROR  # never below the run's level
         assert engine_calls[1:] == [] and ran[1][2] == []  # no engine: no engine options, no pool
-        assert loaded[1] == {"output": None, "stages": None}
+        assert loaded[1] == {"output": str(tmp_path / "o2"), "stages": None}
         assert len(FakePool.made) == 1
+        run.main(["--config", str(tmp_path / "job.yaml"), "--log-level", "nonsense"])
+        assert root.level == logging.INFO  # an unknown level: INFO
+        # auto: a pool for a large input on Flink or Spark, unless the user set --environment_type
+        import pipelines.stages as stages_module
+        monkeypatch.setattr(stages_module, "configured_input_bytes", lambda config: run.POOL_FROM_BYTES)
+        engine_calls.clear()
+        with caplog_at(logging.INFO) as records:
+            run.main(["--config", str(tmp_path / "job.yaml"), "--engine", "flink"])
+        assert engine_calls == [("flink", "localhost:50123", run.POOL_FROM_BYTES)] and len(FakePool.made) == 2
+        pool_line = [r.getMessage() for r in records if r.getMessage().startswith("SDK worker pool at ")]
+        assert pool_line == [f"SDK worker pool at localhost:50123 (its log: {FakePool.made[1].log}); chosen for "
+                             f"{run.POOL_FROM_BYTES / 2**30:.2f} GiB of input (--sdk-workers auto)"]
+        engine_calls.clear()
+        run.main(["--config", str(tmp_path / "job.yaml"), "--engine", "flink", "--environment_type=LOOPBACK"])
+        assert engine_calls == [("flink", "", run.POOL_FROM_BYTES)] and len(FakePool.made) == 2
+        assert ran[-1][2] == ["--runner=flink", "--environment_type=LOOPBACK"]
     finally:
         root.handlers[:] = before[0]
         root.setLevel(before[1])
