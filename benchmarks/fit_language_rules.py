@@ -43,10 +43,15 @@ SEED = 18
 LID_ALIASES = {"nb": "no"}
 
 
+def sentence_file(lang: str, directory: Path = SENTENCES) -> Path:
+    """The file of a language (lid.176's code) in ``directory``, under its alias if there."""
+    alias = next((k for k, v in LID_ALIASES.items() if v == lang and (directory / f"{k}.txt").exists()), lang)
+    return directory / f"{alias}.txt"
+
+
 def sentences(lang: str, half: str, directory: Path = SENTENCES) -> list[str]:
     """The language's sentences of one half: "fit" (even lines) or "held_out" (odd)."""
-    name = next((k for k, v in LID_ALIASES.items() if v == lang and (directory / f"{k}.txt").exists()), lang)
-    lines = [s.strip() for s in (directory / f"{name}.txt").read_text(encoding="utf-8").splitlines()]
+    lines = [s.strip() for s in sentence_file(lang, directory).read_text(encoding="utf-8").splitlines()]
     lines = [s for s in lines if s]
     return lines[0::2] if half == "fit" else lines[1::2]
 
@@ -100,7 +105,8 @@ def fit_one(lang: str, pool: list[str], coverage: float, en_signals: list[Signal
     """One language's entry: stop words and the map of each fitted rule, from ``pool``."""
     defaults = QualityRules()
     seg = segmenter(segmenter_name(lang))
-    stop_words = lr.fit_stop_words([w for s in pool for w in seg(s)], coverage)
+    words = [w for s in pool for w in seg(s)]
+    stop_words = lr.fit_stop_words(words, coverage)
     lang_signals = signals_of(lang, documents(lang, pool, lr.REFERENCE_DOCS, SEED), frozenset(stop_words))
     maps: dict[str, list[float]] = {}
     fitted: dict[str, Optional[float]] = {}
@@ -116,7 +122,7 @@ def fit_one(lang: str, pool: list[str], coverage: float, en_signals: list[Signal
                                 round(float(sorted(language)[len(language) // 2]), 4)]
     return {"segmenter": segmenter_name(lang), "fit_sentences": len(pool),
             "stop_words": stop_words,
-            "stop_word_coverage": round(lr.stop_word_coverage([w for s in pool for w in seg(s)], stop_words), 4),
+            "stop_word_coverage": round(lr.stop_word_coverage(words, stop_words), 4),
             "maps": maps, "default_thresholds": fitted,
             "reference_medians_en_vs_lang": medians}
 
@@ -140,9 +146,8 @@ def fit(extra: Optional[Path] = None) -> dict[str, Any]:
         out.update(committed_extras())
     else:
         for lang in extra_languages(extra):
-            name = next((k for k, v in LID_ALIASES.items() if v == lang and (extra / f"{k}.txt").exists()), lang)
             entry = fit_one(lang, sentences(lang, "fit", extra), coverage, en_signals)
-            entry["extra_sentences_sha256"] = hashlib.sha256((extra / f"{name}.txt").read_bytes()).hexdigest()
+            entry["extra_sentences_sha256"] = hashlib.sha256(sentence_file(lang, extra).read_bytes()).hexdigest()
             out[lang] = entry
     return {
         "about": "Per-language quality rules fitted by benchmarks/fit_language_rules.py; method in "

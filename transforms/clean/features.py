@@ -39,6 +39,7 @@ FEATURE_NAMES: tuple[str, ...] = (
 FEATURE_SET = f"signals-v{FEATURE_SET_VERSION}"
 # signals_fingerprint() when FEATURE_SET_VERSION was last set
 SIGNALS_FINGERPRINT = "7e2f17a7fcc2d706c86c8694a5038d34082f361173ef9e2fc1a641d45520e846"
+_LOG_SCALED = frozenset({"chars", "words", "lines", "stop_words", "c4_sentences"})
 
 
 def signals_fingerprint() -> str:
@@ -54,7 +55,6 @@ def signals_fingerprint() -> str:
              "languages": segment.LANGUAGE_SEGMENTERS, "scripts": segment.SCRIPT_SEGMENTERS,
              "terminal": list(signals.TERMINAL_PUNCT), "sentence": signals._SENTENCE_PUNCT}
     return hashlib.sha256(json.dumps(parts, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
-_LOG_SCALED = frozenset({"chars", "words", "lines", "stop_words", "c4_sentences"})
 
 
 def signal_vector(signals: Signals) -> list[float]:
