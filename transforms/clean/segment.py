@@ -15,9 +15,10 @@ written without spaces between words need a segmenter, as FineWeb-2 / datatrove 
   writes spaces between phrases (eojeol), each a stem with its particles and endings
   attached, so whitespace words leave the particles (the language's stop words) inside
   longer words. A word is the surface text of a morpheme; morphemes whose spans overlap
-  (a contraction such as 입니다 = 이 + ᆸ니다) are one word. ~40-60 k characters/s here
-  (a 3 KB Korean document ~20-25 ms); the model loads once per process on the first
-  Korean text (~3 s, ~280 MB);
+  (a contraction such as 입니다 = 이 + ᆸ니다) are one word. ~40-45 k characters/s
+  here (a document of 3,000 characters ~70 ms: the clean benchmark's signals cost ~50x
+  whitespace words'); the model loads once per process on the first Korean text (~3 s,
+  ~280 MB);
 * ``newmm``: Thai, pythainlp 5.4.0's dictionary-based maximal matching (``newmm-safe``,
   as datatrove), ~670 k characters/s here;
 * ``chars``: the documented fallback for the other scripts written without spaces (Japanese
