@@ -91,8 +91,6 @@ class DetectorParams:
                 or not all(np.isfinite(self.weights))):
             raise ValueError(f"weights must be {len(DETECTORS)} finite numbers >= 0 with a positive sum "
                              f"(one per detector: {', '.join(DETECTORS)}), got {self.weights}")
-        if len(self.weights) != len(DETECTORS) or min(self.weights) < 0 or sum(self.weights) <= 0:
-            raise ValueError(f"weights must be {len(DETECTORS)} non-negative numbers, got {self.weights}")
 
 
 COMBINATIONS = ("positive_mean", "mean")  # "mean": artifacts of version 2

@@ -66,6 +66,10 @@ def test_language_model_params_validate():
         DetectorParams(flag_rate=0.7)
     with pytest.raises(ValueError, match="weights"):
         DetectorParams(weights=(1.0, 1.0))
+    for bad in [(1.0, -0.5, 1.0), (0.0, 0.0, 0.0), (1.0, float("nan"), 1.0), (1.0, float("inf"), 1.0)]:
+        with pytest.raises(ValueError, match="weights"):
+            DetectorParams(weights=bad)
+    assert DetectorParams(weights=(0.0, 0.0, 1.0)).weights == (0.0, 0.0, 1.0)
 
 
 def test_signals_autoencoder_beats_every_single_signal_on_the_planted_set():
