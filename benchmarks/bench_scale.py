@@ -16,7 +16,9 @@ sentencepiece model of ../shared/data; 256 MiB shards). Each engine runs it as
 CPU seconds of the whole process tree (the driver, job server JVM, Prism, SDK workers:
 ``wait4`` of the tree, cross-checked by sampling ``/proc``), and the peak memory of the
 tree (the sum of every process's PSS, sampled each second: shared pages are not counted
-twice), also per stage and process (``peak_by_stage_mb``: where a tree grows). A size
+twice), also per stage and process name (``peak_by_stage_mb``: where a tree grows; with
+the largest single process of a name, ``largest_by_stage_mb``, and the most of them alive
+at once, ``most_by_stage``: a sum that grows by overlap, not by one process). A size
 runs only on the engines that finished the size before. Every engine's
 outputs are compared with the first engine's (counts per stage, the tokens' index).
 Results are appended to ``<work>/results.jsonl``. While a run goes on, the sampler
@@ -182,6 +184,11 @@ class TreeSampler(threading.Thread):
         self.at_peak: dict[str, int] = {}  # process name → PSS MB at the peak
         self.output, self.progress = output, progress
         self.by_stage: dict[str, dict[str, int]] = {}  # stage → process name → its peak PSS MB
+        # stage → process name → the largest one process of that name, and the most of them
+        # alive at once: a sum that grows because more processes overlap (workers exiting
+        # while new ones start) is told apart from one process that grows
+        self.largest_by_stage: dict[str, dict[str, int]] = {}
+        self.most_by_stage: dict[str, dict[str, int]] = {}
         self.interval_s, self.snapshot_every, self.samples = interval_s, snapshot_every, 0
         self.started = time.monotonic()
         self.stop = threading.Event()
@@ -192,6 +199,8 @@ class TreeSampler(threading.Thread):
                 "stage": stage_running(self.output), "peak_pss_mb": round(self.peak_kb / 1024),
                 "peak_by_process_mb": dict(self.at_peak),
                 "peak_by_stage_mb": {k: dict(v) for k, v in self.by_stage.items()},
+                "largest_by_stage_mb": {k: dict(v) for k, v in self.largest_by_stage.items()},
+                "most_by_stage": {k: dict(v) for k, v in self.most_by_stage.items()},
                 "cpu_s_sampled": round(sum(self.cpu.values()), 1)}
 
     def write_progress(self) -> None:
@@ -215,11 +224,21 @@ class TreeSampler(threading.Thread):
         pids = [self.pid] + _descendants(self.pid)
         sizes = {p: _pss_kb(p) for p in pids}
         named: dict[str, int] = {}
+        largest: dict[str, int] = {}
+        count: dict[str, int] = {}
         for p, kb in sizes.items():
-            named[_name(p)] = named.get(_name(p), 0) + kb // 1024
-        stage = self.by_stage.setdefault(stage_running(self.output), {})
+            name = _name(p)
+            named[name] = named.get(name, 0) + kb // 1024
+            largest[name] = max(largest.get(name, 0), kb // 1024)
+            count[name] = count.get(name, 0) + 1
+        running = stage_running(self.output)
+        stage = self.by_stage.setdefault(running, {})
         for name, mb in named.items():
             stage[name] = max(stage.get(name, 0), mb)
+        one, most = self.largest_by_stage.setdefault(running, {}), self.most_by_stage.setdefault(running, {})
+        for name in named:
+            one[name] = max(one.get(name, 0), largest[name])
+            most[name] = max(most.get(name, 0), count[name])
         if sum(sizes.values()) > self.peak_kb:
             self.peak_kb = sum(sizes.values())
             self.at_peak = {}
@@ -270,7 +289,8 @@ def run_engine(engine: str, config: Path, log: Path, timeout_s: float,
             "cpu_s": round(max(tree_cpu, sum(sampler.cpu.values())), 1),
             "cpu_s_wait4": round(tree_cpu, 1), "cpu_s_sampled": round(sum(sampler.cpu.values()), 1),
             "peak_pss_mb": round(sampler.peak_kb / 1024), "peak_by_process_mb": sampler.at_peak,
-            "peak_by_stage_mb": sampler.by_stage}
+            "peak_by_stage_mb": sampler.by_stage, "largest_by_stage_mb": sampler.largest_by_stage,
+            "most_by_stage": sampler.most_by_stage}
 
 
 def _interrupt(signum: int, frame: Any) -> None:

@@ -54,6 +54,11 @@ def test_a_running_tree_leaves_a_progress_file_with_its_peaks_per_stage(tmp_path
         first = json.loads(progress.read_text())
         assert first["stage"] == "dedup_exact" and first["samples"] % 3 == 0
         assert first["peak_by_stage_mb"]["dedup_exact"]["python worker"] >= 60
+        # two processes of one name: the sum, the largest one (the child), and how many
+        _wait_for(lambda: json.loads(progress.read_text())["most_by_stage"]["dedup_exact"]["python worker"] == 2)
+        snap = json.loads(progress.read_text())
+        largest = snap["largest_by_stage_mb"]["dedup_exact"]["python worker"]
+        assert 60 <= largest < snap["peak_by_stage_mb"]["dedup_exact"]["python worker"]
         # the next stage: its peaks are kept apart from the first one's
         (out / "manifests" / "dedup_exact.json").write_text("{}")
         _wait_for(lambda: "dedup_minhash" in json.loads(progress.read_text())["peak_by_stage_mb"])
