@@ -226,3 +226,42 @@ def test_giant_component_on_flink(tmp_path):
     assert len(final) == members - 1 and {r["b"] for r in final} == {"1|copy000000"}
     assert {r["a"] for r in final} == set(a)
     assert 0 < driver.largest_group <= 11_000, driver.largest_group
+
+
+def test_written_rows_stay_in_the_sdk_worker_on_flink(tmp_path, monkeypatch):
+    """The stage outputs' writer fuses with the stage that makes the rows: on Flink (LOOPBACK,
+    so the SDK worker is this process and its data channel can be counted) the SDK sends
+    the runner only file names. Beam's WriteToParquet, whose write step takes a side input,
+    sends every row (the control: the count sees a crossing when there is one). Rows that
+    crossed made Flink deadlock at 3M documents (docs/BENCHMARKS.md)."""
+    import apache_beam as beam
+    import apache_beam.runners.worker.data_plane as data_plane
+
+    from pipelines.outputs import WriteParquet
+
+    sent = {"bytes": 0}
+    original = data_plane._GrpcDataChannel._enqueue_to_send
+
+    def counted(channel, elem):
+        sent["bytes"] += channel._get_element_size_bytes(elem)
+        return original(channel, elem)
+
+    monkeypatch.setattr(data_plane._GrpcDataChannel, "_enqueue_to_send", counted)
+    schema = pa.schema([("id", pa.int64()), ("text", pa.string())])
+    rows_bytes = 20 * 1000 * 1000
+    options = PipelineOptions(engine_args("flink") + ["--parallelism=1"])
+    crossed = {}
+    with shared_job_server(options):
+        for writer in ("ours", "beam"):
+            sent["bytes"] = 0
+            with beam.Pipeline(options=options) as p:
+                rows = (p | beam.Create(list(range(20))) | beam.Reshuffle()
+                        | beam.FlatMap(lambda i: ({"id": i * 1000 + j, "text": "x" * 1000} for j in range(1000))))
+                if writer == "ours":
+                    rows | WriteParquet(str(tmp_path / writer), schema, lambda r: r)
+                else:
+                    rows | beam.io.WriteToParquet(str(tmp_path / writer / "part"), schema, file_name_suffix=".parquet")
+            crossed[writer] = sent["bytes"]
+            assert sum(pq.ParquetFile(f).metadata.num_rows for f in glob.glob(f"{tmp_path / writer}/*.parquet")) == 20_000
+    assert crossed["beam"] >= rows_bytes, crossed
+    assert crossed["ours"] < 100_000, crossed
