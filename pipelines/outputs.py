@@ -8,8 +8,8 @@ attempts left in it), so a crashed or retried worker never leaves a partial part
 Why not Beam's ``WriteToParquet``: its write step takes a side input (``AsSingleton`` of
 the sink's initialisation), and the portable job servers' fuser ends a fused stage before
 a side-input consumer. Every row written then crossed from the SDK worker to the runner
-and back (measured on Flink: 80 MB of rows sent for 80 MB written; with this writer
-580 bytes), which made the JVM hold the stage's output, and Flink's batch runner, which
+and back (measured on Flink: 80 MB of rows sent for 80 MB written; with this writer 712
+bytes), which made the JVM hold the stage's output, and Flink's batch runner, which
 reads a bundle's output only after the bundle's response, deadlocked once a bundle's
 output passed ~1 GB (3M documents, parallelism 2; docs/BENCHMARKS.md).
 """
@@ -140,11 +140,14 @@ def finalize_parts(directory: str, temp_dir: str, schema: pa.Schema, written: It
         with FileSystems.create(finals[0], mime_type="application/octet-stream",
                                 compression_type=CompressionTypes.UNCOMPRESSED) as out:
             pq.write_table(schema.empty_table(), out, compression=CODEC)
-    try:
+    try:  # what failed attempts left (on object stores the folder is only a prefix of them)
+        left = [m.path for m in FileSystems.match([FileSystems.join(temp_dir, "*")])[0].metadata_list]
+        if left:
+            FileSystems.delete(left)
         if FileSystems.exists(temp_dir):
             FileSystems.delete([temp_dir])
-    except IOError as err:  # object stores: the folder is only a prefix
-        _LOGGER.info("could not remove %s: %s", temp_dir, err)
+    except IOError as err:
+        _LOGGER.warning("could not remove %s (hidden names: never read as output): %s", temp_dir, err)
     return finals
 
 
