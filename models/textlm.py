@@ -18,6 +18,14 @@ The detector reads the NLL per byte (the NLL of the scored tokens over the UTF-8
 they cover), not per token: per token, digit strings and tables (many short, predictable
 pieces) scored as the most normal text of the benchmark (AUROC 0.29 on tables, 0.99 per
 byte).
+
+The network also carries the reference's unigram distribution of its pieces (counts with
+add-one smoothing, a buffer saved with the weights), and ``forward`` gives the unigram
+NLL per byte of the same tokens beside the model's: the context detector reads the
+difference, what the context added over the words' own frequencies. Shuffled words,
+template text and placeholder text are made of ordinary pieces (a low unigram NLL) that
+no context predicts; a perplexity alone ranks them as plain text because their pieces are
+common (docs/BENCHMARKS.md, issue 14).
 """
 
 from __future__ import annotations
@@ -36,11 +44,13 @@ from models.files import ModelError
 
 _LOGGER = logging.getLogger(__name__)
 
-__all__ = ["BOS_ID", "NEWLINE_PIECE", "ConvLM", "LMParams", "TextLM", "build_net", "lm_from_state",
-           "load_tokenizer", "piece_bytes", "train_lm", "train_tokenizer"]
+__all__ = ["BOS_ID", "NEWLINE_PIECE", "OUTPUT_COLUMNS", "ConvLM", "LMParams", "TextLM", "build_net",
+           "lm_from_state", "load_tokenizer", "piece_bytes", "train_lm", "train_tokenizer", "unigram_nll"]
 
 NEWLINE_PIECE = "<n>"
 BOS_ID = 1  # sentencepiece's default <s>
+# ConvLM.forward's columns before the mean hidden state
+OUTPUT_COLUMNS: tuple[str, ...] = ("nll_per_byte", "nll_per_token", "unigram_nll_per_byte")
 
 
 @dataclass(frozen=True)
@@ -91,9 +101,11 @@ class _Block(nn.Module):
 class ConvLM(nn.Module):
     """Gated dilated causal convolutions and an adaptive softmax. ``forward`` takes padded
     token ids ``[batch, 1 + score_tokens]`` (BOS first, ``pad_id`` after the end) and returns
-    per document ``[NLL per byte, NLL per token (nats), mean hidden state (dim)]``: what
-    RunInference and the CPU path both call. ``piece_bytes`` (a buffer) holds the UTF-8
-    length of every piece."""
+    per document ``[NLL per byte, NLL per token (nats), unigram NLL per byte, mean hidden
+    state (dim)]`` (``OUTPUT_COLUMNS`` before the hidden state): what RunInference and the
+    CPU path both call. ``piece_bytes`` (a buffer) holds the UTF-8 length of every piece,
+    ``unigram_nll`` (a buffer) each piece's NLL under the reference's unigram
+    distribution (0 for padding)."""
 
     def __init__(self, vocab_size: int, dim: int, dilations: Sequence[int], kernel: int) -> None:
         super().__init__()
@@ -104,6 +116,7 @@ class ConvLM(nn.Module):
         self.out = nn.AdaptiveLogSoftmaxWithLoss(dim, vocab_size, [vocab_size // 8, 3 * vocab_size // 8],
                                                  div_value=4.0)
         self.register_buffer("piece_bytes", torch.ones(vocab_size + 1))
+        self.register_buffer("unigram_nll", torch.zeros(vocab_size + 1))
 
     def hidden(self, ids: torch.Tensor) -> torch.Tensor:
         """[batch, length, dim]: the state after each input token."""
@@ -126,7 +139,9 @@ class ConvLM(nn.Module):
         covered = (self.piece_bytes[ids[:, 1:]] * mask).sum(dim=1).clamp(min=1.0)
         pooled = (h * mask.unsqueeze(-1)).sum(dim=1) / count.unsqueeze(-1)
         total = nll.sum(dim=1)
-        return torch.cat([(total / covered).unsqueeze(1), (total / count).unsqueeze(1), pooled], dim=1)
+        unigram = (self.unigram_nll[ids[:, 1:]] * mask).sum(dim=1)
+        return torch.cat([(total / covered).unsqueeze(1), (total / count).unsqueeze(1),
+                          (unigram / covered).unsqueeze(1), pooled], dim=1)
 
 
 def _lines(texts: Iterable[str]) -> Iterator[str]:
@@ -190,9 +205,10 @@ class TextLM:
         return out
 
     def score(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
-        """``[n, 2 + dim]``: NLL per byte, NLL per token (nats), mean hidden state (the
-        output of ``ConvLM.forward``); a text without any token gets zeros."""
-        out = np.zeros((len(texts), 2 + self.params.dim), dtype=np.float32)
+        """``[n, len(OUTPUT_COLUMNS) + dim]``: NLL per byte, NLL per token (nats), unigram
+        NLL per byte, mean hidden state (the output of ``ConvLM.forward``); a text without
+        any token gets zeros."""
+        out = np.zeros((len(texts), len(OUTPUT_COLUMNS) + self.params.dim), dtype=np.float32)
         with torch.inference_mode():
             for start in range(0, len(texts), batch_size):
                 ids = self.batch_tensor(texts[start:start + batch_size])
@@ -218,6 +234,16 @@ def piece_bytes(tokenizer: Any) -> torch.Tensor:
             piece = tokenizer.id_to_piece(i)
             sizes.append(1.0 if piece == NEWLINE_PIECE else float(len(piece.replace("\u2581", " ").encode())))
     return torch.tensor(sizes + [0.0])
+
+
+def unigram_nll(docs: Sequence[Sequence[int]], vocab_size: int) -> torch.Tensor:
+    """Each piece's NLL (nats) under the unigram distribution of ``docs`` (token ids), with
+    add-one smoothing so an unseen piece has a finite cost; 0 for the padding id."""
+    counts = np.ones(vocab_size, dtype=np.float64)
+    for doc in docs:
+        counts += np.bincount(np.asarray(doc, dtype=np.int64), minlength=vocab_size)[:vocab_size]
+    nll = -np.log(counts / counts.sum())
+    return torch.tensor(np.append(nll, 0.0), dtype=torch.float32)
 
 
 def build_net(params: LMParams, tokenizer: Any) -> ConvLM:
@@ -247,6 +273,7 @@ def train_lm(texts: Sequence[str], params: LMParams = LMParams(), seed: int = 0)
     torch.manual_seed(seed)
     lm = TextLM(tokenizer=tokenizer, tokenizer_proto=proto, net=build_net(params, tokenizer), params=params)
     docs = [d for d in tokenizer.encode([t.replace("\n", f" {NEWLINE_PIECE} ") for t in texts]) if d]
+    lm.net.unigram_nll.copy_(unigram_nll(docs, tokenizer.get_piece_size()))
     rng = random.Random(seed)
     optimiser = torch.optim.Adam(lm.net.parameters(), lr=params.lr)
     schedule = torch.optim.lr_scheduler.OneCycleLR(optimiser, params.lr, total_steps=params.steps,

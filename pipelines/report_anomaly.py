@@ -12,6 +12,7 @@ for a person to judge.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import logging
 from typing import Any, Optional
@@ -19,12 +20,14 @@ from typing import Any, Optional
 import numpy as np
 
 from pipelines.report_data import Histogram, iter_batches, stage_files
+from transforms.doc import AnomalyScores
 
 _LOGGER = logging.getLogger(__name__)
 
 TOP = 20
 SNIPPET_CHARS = 300
-DETECTOR_FIELDS = ("perplexity", "representation", "signals")
+# each detector's standardised score on the record, in models.anomaly.DETECTORS order
+DETECTOR_FIELDS = tuple(f.name for f in dataclasses.fields(AnomalyScores) if f.name != "token_perplexity")
 _Z = np.linspace(-5.0, 20.0, 51)  # standardised scores: 0 the corpus sample's median, 1 its IQR
 
 

@@ -323,7 +323,8 @@ def anomaly_html(anomaly: Optional[dict[str, Any]], thresholds: dict[str, Any]) 
     titles = {"combined": "Combined anomaly score (decides)",
               "perplexity": "Language-model perplexity (NLL per byte, centred per language)",
               "representation": "Representation (autoencoder over the LM's mean hidden state)",
-              "signals": "Signals (autoencoder over the quality signals)"}
+              "signals": "Signals (autoencoder over the quality signals)",
+              "context": "Context (LM NLL per byte minus unigram NLL per byte, centred per language)"}
     figures = []
     for name, hist in anomaly["histograms"].items():
         value = marks.get(name)

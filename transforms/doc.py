@@ -77,6 +77,7 @@ class AnomalyScores:
     representation: float = 0.0  # autoencoder over the language model's mean hidden state
     signals: float = 0.0  # autoencoder over the quality signals
     token_perplexity: float = 0.0  # exp(NLL per token) of the scored tokens (CCNet's figure)
+    context: float = 0.0  # the LM's NLL per byte minus the unigram NLL per byte, centred per language
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from models.anomaly import (
     ARTIFACT_KIND,
     ARTIFACT_VERSION,
     CURRENT,
+    DETECTORS,
     AnomalyDetector,
     DetectorParams,
     combine,
@@ -26,7 +27,8 @@ from models.anomaly import (
 )
 from models.autoencoder import AutoencoderParams, train_autoencoder
 from models.files import ModelError
-from models.textlm import LMParams, train_lm
+from models.textlm import LMParams, train_lm, unigram_nll
+from pipelines.report_anomaly import DETECTOR_FIELDS
 from tests.cleanmodels import SMALL, clean_models, unwrap  # noqa: F401 (fixture)
 from tests.conftest import shared
 from transforms.clean.features import FEATURE_NAMES, FEATURE_SET, feature_matrix
@@ -39,14 +41,25 @@ def books() -> list[str]:
 
 
 def test_language_model_trains_and_scores_junk_above_held_out_prose(books):
-    lm = train_lm(books[40:240], LMParams(vocab_size=800, dim=32, max_tokens=128, steps=150, batch_size=16))
+    lm = train_lm(books[40:240], LMParams(vocab_size=800, dim=32, max_tokens=128, steps=400, batch_size=16))
     rng = random.Random(0)
     junk = [planted_new(kind, rng, books[:40]) for kind in ("encoded", "tables", "markup") for _ in range(5)]
     out = lm.score(books[:20] + junk + [""])
-    assert out.shape == (36, 2 + 32) and np.isfinite(out).all()
+    assert out.shape == (36, 3 + 32) and np.isfinite(out).all()
     assert not out[-1].any()  # no token: zeros
     labels = np.array([0] * 20 + [1] * 15)
     assert auroc(out[:35, 0], labels) > 0.9  # NLL per byte
+    # the unigram column: the buffer's NLL of the scored tokens per byte
+    ids = lm.token_ids(books[:1])[0]
+    buffer, sizes = lm.net.unigram_nll.numpy(), lm.net.piece_bytes.numpy()
+    assert out[0, 2] == pytest.approx(buffer[ids].sum() / sizes[ids].sum(), rel=1e-5)
+    # shuffled words keep their unigram cost and raise the model's: the context score (model
+    # minus unigram) ranks word salad above the same texts in order, perplexity alone hardly
+    salad = lm.score([planted_new("word_salad", rng, [b]) for b in books[:20]])
+    assert abs(salad[:, 2].mean() - out[:20, 2].mean()) < 0.05 * out[:20, 2].mean()
+    ordered = np.array([0] * 20 + [1] * 20)
+    context = auroc(np.concatenate([out[:20, 0] - out[:20, 2], salad[:, 0] - salad[:, 2]]), ordered)
+    assert context > 0.8 and context > auroc(np.concatenate([out[:20, 0], salad[:, 0]]), ordered) + 0.1
     again = lm.score(books[:3])
     assert np.allclose(again, out[:3], atol=1e-5)  # deterministic in eval mode
     # the first score_tokens tokens are scored, whatever the training window
@@ -57,6 +70,16 @@ def test_language_model_trains_and_scores_junk_above_held_out_prose(books):
     assert ids[0, 1:].tolist() == lm.token_ids(books[:1])[0][:16]
 
 
+def test_unigram_nll_is_add_one_smoothed_with_a_free_padding_id():
+    # counts 1+1, 1+2, 1+1, 1+0 of 8: the unseen piece 3 costs log 8, the padding id nothing
+    expected = -np.log(np.array([2, 3, 2, 1]) / 8.0)
+    assert unigram_nll([[0, 1, 1], [2]], 4).tolist() == pytest.approx(expected.tolist() + [0.0])
+
+
+def test_report_plots_every_detector():
+    assert DETECTOR_FIELDS == DETECTORS
+
+
 def test_language_model_params_validate():
     with pytest.raises(ValueError, match="vocab_size"):
         LMParams(vocab_size=100)
@@ -65,11 +88,12 @@ def test_language_model_params_validate():
     with pytest.raises(ValueError, match="flag_rate"):
         DetectorParams(flag_rate=0.7)
     with pytest.raises(ValueError, match="weights"):
-        DetectorParams(weights=(1.0, 1.0))
-    for bad in [(1.0, -0.5, 1.0), (0.0, 0.0, 0.0), (1.0, float("nan"), 1.0), (1.0, float("inf"), 1.0)]:
+        DetectorParams(weights=(1.0, 1.0, 1.0))
+    for bad in [(1.0, -0.5, 1.0, 1.0), (0.0, 0.0, 0.0, 0.0), (1.0, float("nan"), 1.0, 1.0),
+                (1.0, float("inf"), 1.0, 1.0)]:
         with pytest.raises(ValueError, match="weights"):
             DetectorParams(weights=bad)
-    assert DetectorParams(weights=(0.0, 0.0, 1.0)).weights == (0.0, 0.0, 1.0)
+    assert DetectorParams(weights=(0.0, 0.0, 1.0, 0.0)).weights == (0.0, 0.0, 1.0, 0.0)
 
 
 def test_signals_autoencoder_beats_every_single_signal_on_the_planted_set():
@@ -178,7 +202,7 @@ def test_combination_table(z, weights, rule, expected):
 def test_combination_and_weights_are_validated(clean_models, tmp_path):
     with pytest.raises(ValueError, match="unknown combination"):
         combine(np.zeros((1, 3)), np.ones(3), "max")
-    for bad in ((1.0, 1.0), (1.0, -1.0, 1.0), (0.0, 0.0, 0.0), (1.0, float("nan"), 1.0)):
+    for bad in ((1.0, 1.0, 1.0), (1.0, -1.0, 1.0, 1.0), (0.0, 0.0, 0.0, 0.0), (1.0, float("nan"), 1.0, 1.0)):
         with pytest.raises(ValueError, match="weights"):
             DetectorParams(weights=bad)
     # an artifact written before the rule was recorded (version 2) is read as "mean"
@@ -199,9 +223,9 @@ def test_combination_and_weights_are_validated(clean_models, tmp_path):
 
 
 def test_the_benchmarked_defaults_are_the_defaults():
-    """docs/BENCHMARKS.md measured these (held-out AUROC 0.957 / 0.943 on two seeds, 390
-    documents/s): perplexity and signals equal, the representation detector weighted 0,
-    the first 128 tokens scored, positive parts combined."""
-    assert DetectorParams().weights == (1.0, 0.0, 1.0)
+    """docs/BENCHMARKS.md measured these on two seeds: perplexity, signals and context
+    equal, the representation detector weighted 0, the first 128 tokens scored, positive
+    parts combined."""
+    assert DetectorParams().weights == (1.0, 0.0, 1.0, 1.0)
     assert LMParams().score_tokens == 128 and LMParams().max_tokens == 256 and LMParams().steps == 1500
     assert AnomalyDetector.__dataclass_fields__["combination"].default == "positive_mean"

@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 from selenium.webdriver.common.by import By
 
+from models.anomaly import DETECTORS
 from pipelines import report
 from pipelines.config import load_config
 from pipelines.manifest import Manifest, StageCounts, write_manifest
@@ -153,7 +154,7 @@ def test_anomaly_threshold_from_the_model_artifact(tmp_path, clean_models):
     config = clean_config(tmp_path, f"  anomaly:\n    model: {clean_models['anomaly']}\n")
     thresholds = report.config_thresholds(config)
     assert thresholds["anomaly"] == pytest.approx(detector.threshold)
-    assert [thresholds["anomaly_detectors"][d] for d in ("perplexity", "representation", "signals")] == \
+    assert [thresholds["anomaly_detectors"][d] for d in DETECTORS] == \
         pytest.approx(list(detector.detector_thresholds))
     broken = dataclasses.replace(config, clean=dataclasses.replace(
         config.clean, anomaly=dataclasses.replace(config.clean.anomaly, model=str(tmp_path / "gone.pt"))))
@@ -290,7 +291,7 @@ def test_real_job_report_numbers(real_job):
                 for r in pq.read_table(f, columns=["id", "reason"]).to_pylist()]
     anomaly = data["anomaly"]
     assert {k: h["n"] for k, h in anomaly["histograms"].items()} == {
-        k: clean["out"] + clean["rejected"] for k in ("combined", "perplexity", "representation", "signals")}
+        k: clean["out"] + clean["rejected"] for k in ("combined",) + DETECTORS}
     only = {r["id"] for r in rejected if r["reason"] == "anomaly"}
     assert anomaly["caught_only_count"] == len(only) > 0, len(only)
     assert {e["id"] for e in anomaly["caught_only_by_detector"]} <= only
@@ -303,7 +304,7 @@ def test_real_job_report_numbers(real_job):
 
 
 EXPECTED_PLOTS = {"funnel", "throughput", "languages", "lang_score", "anomaly", "dedup_components",
-                  "anomaly-perplexity", "anomaly-representation", "anomaly-signals",
+                  "anomaly-perplexity", "anomaly-representation", "anomaly-signals", "anomaly-context",
                   "tokens_per_shard", "signal-words", "signal-mean_word_length", "signal-symbol_word_ratio",
                   "signal-alpha_words_ratio", "signal-stop_words", "signal-dup_line_frac",
                   "signal-top_2gram_char_frac", "signal-dup_10gram_char_frac", "signal-c4_sentences",

@@ -127,7 +127,7 @@ def test_each_detector_score_is_written_and_the_combined_one_decides(clean_model
     weights = models.anomaly.weights
     for d in annotated:
         s = d.anomaly_scores
-        z = np.array([s.perplexity, s.representation, s.signals])
+        z = np.array([s.perplexity, s.representation, s.signals, s.context])
         assert np.isfinite(z).all() and s.token_perplexity > 1.0
         assert d.anomaly_score == pytest.approx(float(np.clip(z, 0, None) @ weights / weights.sum()), abs=1e-6)
     # only the detector selects here (no rules, every language): the combined score against

@@ -72,7 +72,7 @@ def with_scores(docs: Sequence[Doc], detector: Any, lm_out: np.ndarray) -> list[
     scores = detector.score_lm_output(lm_out, features, [d.lang for d in docs])
     return [dataclasses.replace(doc, anomaly_score=float(combined), anomaly_scores=AnomalyScores(
                 perplexity=float(z[0]), representation=float(z[1]), signals=float(z[2]),
-                token_perplexity=float(ppl)))
+                context=float(z[3]), token_perplexity=float(ppl)))
             for doc, combined, z, ppl in zip(docs, scores.combined, scores.detectors, scores.perplexity)]
 
 
