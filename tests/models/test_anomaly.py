@@ -124,7 +124,7 @@ def test_artifact_round_trip_weights_only_and_calibrated_threshold(clean_models)
     texts, _ = build(shared("text"), per_kind=10)
     scores = detector.score(texts, feature_matrix([compute_signals(t) for t in texts]), ["en"] * len(texts))
     assert meta["training"]["corpus_flagged"] == pytest.approx(SMALL.flag_rate, abs=0.02)
-    assert scores.combined.shape == (len(texts),) and scores.detectors.shape == (len(texts), 3)
+    assert scores.combined.shape == (len(texts),) and scores.detectors.shape == (len(texts), len(DETECTORS))
     weights = np.array(meta["weights"])
     assert meta["combination_rule"] == "positive_mean" and detector.combination == "positive_mean"
     assert np.allclose(scores.combined, np.clip(scores.detectors, 0, None) @ weights / weights.sum())
