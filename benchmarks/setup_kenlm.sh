@@ -3,7 +3,9 @@
 # (default .bench-venv; never a project dependency): the `kenlm` Python module (queries)
 # and `lmplz` (the 5-gram estimator, which the wheel does not ship), both built from the
 # kenlm 0.3.0 sdist on PyPI. Needs cmake, a C++ compiler and Boost (program_options,
-# system, thread) and zlib headers. Re-running with both present does nothing.
+# system, thread) and zlib headers: on Debian `apt-get install libboost-program-options-dev
+# libboost-system-dev libboost-thread-dev libboost-test-dev zlib1g-dev libbz2-dev liblzma-dev`
+# (cmake stops with "Could NOT find Boost" without them). Re-running with both present does nothing.
 #
 #   benchmarks/setup_kenlm.sh [VENV]
 set -euo pipefail
