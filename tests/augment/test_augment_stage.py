@@ -207,3 +207,87 @@ def test_served_model_and_runinference_backends_run_the_stage(tmp_path, served_l
 
 def _doc_texts(tmp_path: Path) -> list[str]:
     return [json.loads(line)["text"] for line in (tmp_path / "docs.jsonl").read_text().splitlines()]
+
+
+ECHO_KEY = "sk-Q7vX2mP9kL4wR8tZ3nB6yH1cJ5dF0gS"  # random-looking: no 6 characters of it occur by chance
+
+
+def _key_fragments_under(out: Path, secret: str, size: int = 6) -> list[str]:
+    """Files under ``out`` holding any ``size``-character piece of ``secret``: raw bytes,
+    and every Parquet file's rows decoded (a compressed page could hide a copy)."""
+    pieces = {secret[i:i + size] for i in range(len(secret) - size + 1)}
+    found = []
+    for path in sorted(p for p in out.rglob("*") if p.is_file()):
+        texts = [path.read_bytes().decode("latin-1")]
+        if path.suffix == ".parquet":
+            texts.append(json.dumps(pq.read_table(path).to_pylist(), default=str, ensure_ascii=False))
+        found += [f"{path}: {piece}" for piece in pieces for text in texts if piece in text]
+    return found
+
+
+def _echoing_responder(texts: dict[str, str]):
+    """By document: d0, d1 a rewrite carrying the Authorization header (verbatim; broken
+    across lines); d2 a 400 whose long body puts the key across the error text's cut;
+    d3 a 503 that breaks it across lines; d4 a 422 whose JSON body escapes that newline;
+    d5-d7 a plain rewrite."""
+    pool = _sentences("en")[600:]
+
+    def respond(body, headers):
+        prompt, auth = body["prompt"], headers["Authorization"]
+        doc = _doc_of(prompt, texts)
+        if doc == "d0":
+            return completion(f"{_rewrite(prompt, pool)} Authorization: {auth}")
+        if doc == "d1":
+            return completion(f"{_rewrite(prompt, pool)} {auth[:14]}\n{auth[14:30]}\r\n {auth[30:]}")
+        if doc == "d2":
+            return 400, {}, ("e" * 185 + auth + " is not a key we know").encode()
+        if doc == "d3":
+            return 503, {}, f"upstream said:\ninvalid key {auth[:20]}\n{auth[20:]}\nretry later".encode()
+        if doc == "d4":
+            return 422, {}, json.dumps({"error": f"bad {auth[:16]}\n{auth[16:]}"}).encode()
+        return completion(_rewrite(prompt, pool))
+
+    return respond
+
+
+def test_a_server_echoing_the_api_key_leaves_no_piece_of_it_in_the_output(tmp_path, scripted_server, monkeypatch,
+                                                                           caplog):
+    """Issue 36, item 3: the key a server echoes in an answer is cut out before the answer
+    is cached (``<output>/cache/augment``) or becomes a document; in error bodies it is cut
+    out of the whole body before the body is cut to its first 200 characters."""
+    texts = _write_corpus(tmp_path)
+    monkeypatch.setenv("TF_TEST_API_KEY", ECHO_KEY)
+    scripted_server.reset(_echoing_responder(texts))
+    config = _job(tmp_path, _rephrase_section(scripted_server.base_url), stages="[extract, clean, augment]")
+    with caplog.at_level(logging.DEBUG):
+        printed = _run(config)
+    row = next(line for line in printed.splitlines() if line.startswith("augment")).split()
+    assert row[1] == "24" and row[4] == "6" and row[5] == "in=out+r+f", printed
+    out = tmp_path / "out"
+    assert {h.get("Authorization") for _, _, h in scripted_server.requests} == {f"Bearer {ECHO_KEY}"}
+    cached = [p.read_text() for p in (out / "cache" / "augment").rglob("*.txt")]
+    assert len(cached) == 10 and sum("[redacted]" in text for text in cached) == 4
+    failed = pq.read_table(out / "failed" / "augment").to_pylist()
+    assert sorted(f["error_type"] for f in failed) == ["http_400"] * 2 + ["http_422"] * 2 + ["http_503"] * 2
+    assert all("[redac" in f["error"] for f in failed)
+    assert _key_fragments_under(out, ECHO_KEY) == []
+    logged = caplog.text + printed
+    assert not [i for i in range(len(ECHO_KEY) - 5) if ECHO_KEY[i:i + 6] in logged]
+
+
+def test_json_nested_too_deeply_is_a_failed_generation_and_the_stage_completes(tmp_path, scripted_server):
+    """Issue 36, item 14: 100,000 '[' from the server made json raise RecursionError out of
+    the backend and stopped the stage; now each such request is a ``failed/augment/``
+    record and every other generation is kept or rejected as usual."""
+    texts = _write_corpus(tmp_path)
+    pool = _sentences("en")[600:]
+    scripted_server.reset(lambda body, headers: (200, {}, b"[" * 100_000) if _doc_of(body["prompt"], texts) == "d0"
+                          else completion(_rewrite(body["prompt"], pool)))
+    section = _rephrase_section(scripted_server.base_url).replace("    api_key_env: TF_TEST_API_KEY\n", "")
+    printed = _run(_job(tmp_path, section, stages="[extract, clean, augment]"))
+    row = next(line for line in printed.splitlines() if line.startswith("augment")).split()
+    assert row[1] == "24" and row[4] == "2" and row[5] == "in=out+r+f", printed
+    failed = pq.read_table(tmp_path / "out" / "failed" / "augment").to_pylist()
+    assert [f["error_type"] for f in failed] == ["bad_response"] * 2
+    assert all("nested too deeply" in f["error"] and texts["d0"][:60] in json.loads(f["raw"])[0]["prompt"]
+               for f in failed)

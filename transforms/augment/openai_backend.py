@@ -16,7 +16,13 @@ rejects them as ``invalid_utf8`` rather than the call failing.
 
 The API key is read from the environment variable named ``api_key_env`` when ``generate``
 runs and is held only in the coroutine's headers: it is not an attribute, so it is in no
-repr or pickle, it is never logged, and it is cut out of any error text a server echoes.
+repr or pickle, and it is never logged. A server may echo it (a proxy that reflects the
+request, a model prompted to repeat its headers), so ``redact_key`` cuts it out of every
+text the backend returns or caches, of cached texts read back (a cache written before this
+rule), and of every whole error body before that body is cut to ``ERROR_SNIPPET``.
+
+One request's failure of any kind (a body nested too deeply for ``json``, a bug) is that
+request's ``error``: ``generate`` does not raise, so one hostile answer cannot stop a stage.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ import logging
 import math
 import os
 import random
+import re
 import threading
 import time
 from dataclasses import dataclass
@@ -43,6 +50,24 @@ from transforms.augment.response_cache import ResponseCache
 _LOGGER = logging.getLogger(__name__)
 APIS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 ERROR_SNIPPET = 200  # characters of a server's error body kept in the error text
+REDACTED = "[redacted]"
+SPLIT_KEY_MIN = 8  # keys at least this long are also found split by whitespace (shorter: verbatim only)
+# what a server that wraps or reflows an echoed key may put between its characters:
+# whitespace, or JSON's escaped \n \r \t in a raw error body
+_KEY_GAP = r"(?:\s|\\[nrt])*"
+
+
+def redact_key(text: str, key: str) -> str:
+    """``text`` with every copy of ``key`` replaced by ``[redacted]``: verbatim and, for a
+    key of at least ``SPLIT_KEY_MIN`` characters, with whitespace or JSON-escaped newlines
+    and tabs between its characters, or a ``/`` of it escaped as ``\\/`` (JSON allows both).
+    A short key is matched only verbatim: spread out, a few letters match ordinary prose."""
+    if not key or not text:
+        return text
+    if len(key) < SPLIT_KEY_MIN:
+        return text.replace(key, REDACTED)
+    parts = [r"\\?/" if char == "/" else re.escape(char) for char in key]
+    return re.sub(_KEY_GAP.join(parts), REDACTED, text)
 
 
 class _Retryable(Exception):
@@ -170,28 +195,50 @@ class OpenAIBackend:
     # --- public ------------------------------------------------------------------------
 
     def generate(self, requests: Sequence[RephraseRequest]) -> list[RephraseResult]:
+        """One result per request, in order; a request that fails has ``error`` set (this
+        call does not raise for it). Texts carry no copy of the API key."""
+        key = os.environ.get(self.api_key_env, "") if self.api_key_env else ""
         results: dict[str, RephraseResult] = {}
         pending: dict[str, RephraseRequest] = {}
         for request in requests:
             if request.key in results or request.key in pending:
                 continue
-            cached = self.cache.get(request.key) if self.cache is not None else None
+            cached = self._cached(request.key)
             if cached is not None:
-                results[request.key] = RephraseResult(request, text=cached, cached=True)
+                results[request.key] = RephraseResult(request, text=redact_key(cached, key), cached=True)
             else:
                 pending[request.key] = request
         if pending:
-            key = os.environ.get(self.api_key_env, "") if self.api_key_env else ""
-            if self.api_key_env and not key:
-                outcomes = [_Outcome(error=f"environment variable {self.api_key_env} is not set",
-                                     error_type="missing_api_key") for _ in pending]
-            else:
-                outcomes = _LOOP.run(self._send_all(list(pending.values()), key))
+            outcomes = self._outcomes(list(pending.values()), key)
             for request, outcome in zip(pending.values(), outcomes):
                 results[request.key] = RephraseResult(request, text=outcome.text, error=outcome.error,
                                                       error_type=outcome.error_type, attempts=outcome.attempts,
                                                       seconds=outcome.seconds)
         return [_for(results[r.key], r) for r in requests]
+
+    def _cached(self, request_key: str) -> str | None:
+        """The cached text of a request; None when there is none or the cache cannot be
+        read (that costs a request, not the batch)."""
+        if self.cache is None:
+            return None
+        try:
+            return self.cache.get(request_key)
+        except Exception as error:
+            _LOGGER.warning("could not read cached response %s: %s", request_key, type(error).__name__)
+            return None
+
+    def _outcomes(self, requests: list[RephraseRequest], key: str) -> list[_Outcome]:
+        """The outcome of every request; a failure outside any one request (the loop, the
+        connection pool) fails each request of the batch rather than raising."""
+        if self.api_key_env and not key:
+            return [_Outcome(error=f"environment variable {self.api_key_env} is not set",
+                             error_type="missing_api_key") for _ in requests]
+        try:
+            return _LOOP.run(self._send_all(requests, key))
+        except Exception as error:
+            _LOGGER.warning("backend_error on %s: %s", self.url, type(error).__name__)
+            message = _error_text(error, key)
+            return [_Outcome(error=message, error_type="backend_error") for _ in requests]
 
     # --- async -------------------------------------------------------------------------
 
@@ -200,14 +247,16 @@ class OpenAIBackend:
         headers = {"Content-Type": "application/json"}
         if key:
             headers["Authorization"] = f"Bearer {key}"
-        outcomes = await asyncio.gather(*(self._send_and_cache(session, slots, r, headers) for r in requests))
-        return [_redact(o, key) for o in outcomes]
+        return list(await asyncio.gather(*(self._send_and_cache(session, slots, r, headers, key)
+                                           for r in requests)))
 
     async def _send_and_cache(self, session: aiohttp.ClientSession, slots: asyncio.Semaphore,
-                              request: RephraseRequest, headers: dict[str, str]) -> _Outcome:
+                              request: RephraseRequest, headers: dict[str, str], key: str) -> _Outcome:
         """A text is cached as soon as it arrives (in a worker thread, while other requests
-        are in flight). A cache that cannot be written costs a rerun, not this result."""
-        outcome = await self._send(session, slots, request, headers)
+        are in flight), with the key cut out of it first. A cache that cannot be written
+        costs a rerun, not this result."""
+        outcome = await self._send(session, slots, request, headers, key)
+        outcome.text, outcome.error = redact_key(outcome.text, key), redact_key(outcome.error, key)
         if not outcome.error and self.cache is not None:
             try:
                 await asyncio.get_running_loop().run_in_executor(None, self.cache.put, request.key, outcome.text)
@@ -216,7 +265,7 @@ class OpenAIBackend:
         return outcome
 
     async def _send(self, session: aiohttp.ClientSession, slots: asyncio.Semaphore, request: RephraseRequest,
-                    headers: dict[str, str]) -> _Outcome:
+                    headers: dict[str, str], key: str) -> _Outcome:
         outcome = _Outcome()
         body = json.dumps(self._body(request))
         for attempt in range(self.retries + 1):
@@ -225,7 +274,7 @@ class OpenAIBackend:
             async with slots:
                 started = time.perf_counter()
                 try:
-                    outcome.text = await self._post(session, body, headers)
+                    outcome.text = await self._post(session, body, headers, key)
                     outcome.error = outcome.error_type = ""
                     return outcome
                 except _Fatal as fatal:
@@ -233,6 +282,10 @@ class OpenAIBackend:
                     return outcome
                 except _Retryable as retry:
                     outcome.error, outcome.error_type, retry_after = str(retry), retry.error_type, retry.retry_after
+                except Exception as error:  # what no check foresaw fails this request, not the stage
+                    _LOGGER.warning("backend_error on %s: %s", self.url, type(error).__name__)
+                    outcome.error, outcome.error_type = _error_text(error, key), "backend_error"
+                    return outcome
                 finally:
                     outcome.seconds += time.perf_counter() - started
             if attempt < self.retries:
@@ -247,7 +300,7 @@ class OpenAIBackend:
         jitter = random.uniform(0.0, min(self.max_backoff_s, self.backoff_s * (2 ** min(attempt, 60))))
         return max(jitter, retry_after) if retry_after is not None else jitter
 
-    async def _post(self, session: aiohttp.ClientSession, body: str, headers: dict[str, str]) -> str:
+    async def _post(self, session: aiohttp.ClientSession, body: str, headers: dict[str, str], key: str) -> str:
         timeout = aiohttp.ClientTimeout(total=self.timeout_s)
         try:
             async with session.post(self.url, data=body, headers=headers, timeout=timeout) as response:
@@ -257,14 +310,14 @@ class OpenAIBackend:
         except asyncio.TimeoutError:
             raise _Retryable("timeout", f"no response within {self.timeout_s:g}s") from None
         except (aiohttp.ClientError, OSError) as error:
-            raise _Retryable("connection", f"{type(error).__name__}: {error}"[:ERROR_SNIPPET]) from None
+            raise _Retryable("connection", _error_text(error, key)) from None
         if status == 429 or 500 <= status <= 599:
-            raise _Retryable(f"http_{status}", f"HTTP {status}: {_snippet(data)}", retry_after)
+            raise _Retryable(f"http_{status}", f"HTTP {status}: {_snippet(data, key)}", retry_after)
         if status != 200:
-            raise _Fatal(f"http_{status}", f"HTTP {status}: {_snippet(data)}")
+            raise _Fatal(f"http_{status}", f"HTTP {status}: {_snippet(data, key)}")
         if len(data) > self.max_response_bytes:
             raise _Fatal("response_too_large", f"response body over {self.max_response_bytes} bytes")
-        return self._parse(data)
+        return self._parse(data, key)
 
     def _body(self, request: RephraseRequest) -> dict[str, Any]:
         params = request.params
@@ -276,11 +329,13 @@ class OpenAIBackend:
             body["prompt"] = request.prompt
         return body
 
-    def _parse(self, data: bytes) -> str:
+    def _parse(self, data: bytes, key: str) -> str:
         try:
             document = json.loads(data.decode("utf-8", "surrogateescape"))
         except ValueError:
-            raise _Fatal("bad_response", f"response is not JSON: {_snippet(data)}") from None
+            raise _Fatal("bad_response", f"response is not JSON: {_snippet(data, key)}") from None
+        except RecursionError:  # json recurses per level: 100,000 '[' exhaust the stack
+            raise _Fatal("bad_response", f"response JSON is nested too deeply ({len(data)} bytes)") from None
         choices = document.get("choices") if isinstance(document, dict) else None
         choice = choices[0] if isinstance(choices, list) and choices else None
         if self.api == "chat":
@@ -313,14 +368,16 @@ def _positive_int(name: str, value: object, high: int) -> None:
         raise ValueError(f"{name}: expected an integer in [1, {high}], got {value!r}")
 
 
-def _snippet(data: bytes) -> str:
-    return data[:ERROR_SNIPPET].decode("utf-8", "replace").replace("\n", " ")
+def _snippet(data: bytes, key: str) -> str:
+    """The start of a server's body for an error text: the whole body is decoded and
+    redacted before it is cut, so no piece of the key survives at the cut or where the
+    server broke it across lines."""
+    return redact_key(data.decode("utf-8", "replace"), key)[:ERROR_SNIPPET].replace("\n", " ")
 
 
-def _redact(outcome: _Outcome, key: str) -> _Outcome:
-    if key and key in outcome.error:
-        outcome.error = outcome.error.replace(key, "[redacted]")
-    return outcome
+def _error_text(error: BaseException, key: str) -> str:
+    """An exception as error text, redacted whole, then cut to ``ERROR_SNIPPET``."""
+    return redact_key(f"{type(error).__name__}: {error}", key)[:ERROR_SNIPPET]
 
 
 def _for(result: RephraseResult, request: RephraseRequest) -> RephraseResult:
