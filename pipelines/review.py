@@ -15,8 +15,9 @@ Commands:
         export (``[{"task_id", "<set>": "value", "annotator"}]``) or our JSONL
         (``{"task_id", "labels": {set: value}, "reviewer", "reviewed_at"}``), merged with
         the reviews already accepted. Unknown task ids, label sets or values outside the
-        taxonomy, cancelled or empty annotations, duplicates and conflicting reviews are
-        counted and kept aside in ``review/set_aside/``; nothing is dropped silently. The
+        taxonomy, cancelled or empty annotations, duplicates and conflicting reviews,
+        fields over their size limit and files over ``MAX_IMPORT_BYTES`` are counted and
+        kept aside in ``review/set_aside/``; nothing is dropped silently. The
         next run of the ``label`` stage applies the accepted reviews (the human label
         overrides the model's, with reviewer, time and model version).
 
@@ -51,7 +52,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from pipelines.review_import import (  # noqa: F401  (the import functions' public home)
-    RAW_LIMIT, count_by_reason, merge_reviews, parse_jsonl, parse_label_studio, raw_excerpt, utc_now)
+    RAW_LIMIT, bounded_row, count_by_reason, merge_reviews, parse_jsonl, parse_label_studio, raw_excerpt, utc_now)
 from storage.redact import redact_url
 from transforms.doc import Doc
 from transforms.label.label import QUEUE_TEXT_LIMIT, LabelConfig, Review, uncertainty
@@ -59,6 +60,9 @@ from transforms.label.label import QUEUE_TEXT_LIMIT, LabelConfig, Review, uncert
 _LOGGER = logging.getLogger(__name__)
 
 TEXT_LIMIT = QUEUE_TEXT_LIMIT - 1  # characters of a document shown to reviewers
+# Bytes of one import file read at most (it is parsed whole, in memory): 1 GiB holds over
+# 12,000 tasks of the longest text a queue shows. A larger file is set aside unread.
+MAX_IMPORT_BYTES = 1 << 30
 
 
 # ---------------------------------------------------------------- queue (pure)
@@ -187,30 +191,68 @@ def doc_texts(config: Any, ids: Iterable[str]) -> dict[str, str]:
     return found
 
 
-def import_reviews(config: Any, files: Sequence[str]) -> dict[str, Any]:
-    """Parses, validates and stores reviews; returns the counts (also printed by the CLI)."""
+def _file_size(path: str) -> Optional[int]:
+    """The size the filesystem reports for ``path``; None when it reports none."""
+    try:
+        return FileSystems.match([path])[0].metadata_list[0].size_in_bytes
+    except Exception:  # no such file (open says so) or no size from this filesystem
+        return None
+
+
+def _read_at_most(path: str, limit: int) -> bytes:
+    """The first ``limit`` + 1 bytes of ``path`` at most, read in parts (a file that
+    grew past its reported size is still not read whole)."""
+    parts: list[bytes] = []
+    size = 0
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as fh:
+        while size <= limit:
+            part = fh.read(min(1 << 24, limit + 1 - size))
+            if not part:
+                break
+            parts.append(part)
+            size += len(part)
+    return b"".join(parts)
+
+
+def parse_import_file(path: str,
+                      max_bytes: int = MAX_IMPORT_BYTES) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(candidate reviews, problems) of one import file, by its name and first character:
+    JSONL, or a Label Studio export (JSON array). A file over ``max_bytes`` is one
+    ``file_too_large`` problem and is not read."""
+    source = redact_url(path)
+    size = _file_size(path)
+    data = _read_at_most(path, max_bytes) if size is None or size <= max_bytes else b""
+    if (size or 0) > max_bytes or len(data) > max_bytes:
+        shown = f"{size} bytes" if size is not None and size > max_bytes else f"more than {max_bytes} bytes"
+        error = (f"{source}: {shown}, over the {max_bytes} one import reads; split it (Label Studio: "
+                 "export a filtered view per range of tasks) and import the parts")
+        _LOGGER.warning("set aside unread: %s", error)
+        return [], [{"reason": "file_too_large", "source": source, "error": error}]
+    raw = data.decode("utf-8", errors="replace")
+    if path.endswith(".jsonl") or not raw.lstrip().startswith("["):
+        return parse_jsonl(raw.splitlines(), source)
+    try:
+        return parse_label_studio(json.loads(raw), source)
+    except ValueError as exc:
+        return [], [{"reason": "not_json", "source": source, "error": str(exc), "raw": raw[:RAW_LIMIT]}]
+    except RecursionError:
+        return [], [{"reason": "nested_too_deeply", "source": source, "raw": raw[:RAW_LIMIT]}]
+
+
+def import_reviews(config: Any, files: Sequence[str], max_file_bytes: int = MAX_IMPORT_BYTES) -> dict[str, Any]:
+    """Parses, validates and stores reviews; returns the counts (also printed by the CLI).
+    Set-aside rows are cut to bounded sizes (``bounded_row``)."""
     if config.label is None:
         raise ValueError(f"{config.source_file}: no label: section")
     candidates: list[dict[str, Any]] = []
     problems: list[dict[str, Any]] = []
     for path in files:
-        with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as fh:
-            raw = fh.read().decode("utf-8", errors="replace")
-        source = redact_url(path)
-        if path.endswith(".jsonl") or not raw.lstrip().startswith("["):
-            c, p = parse_jsonl(raw.splitlines(), source)
-        else:
-            try:
-                c, p = parse_label_studio(json.loads(raw), source)
-            except ValueError as exc:
-                c, p = [], [{"reason": "not_json", "source": source, "error": str(exc), "raw": raw[:RAW_LIMIT]}]
-            except RecursionError:
-                c, p = [], [{"reason": "nested_too_deeply", "source": source, "raw": raw[:RAW_LIMIT]}]
+        c, p = parse_import_file(path, max_file_bytes)
         candidates += c
         problems += p
     tasks = queued_tasks(config.output)
     accepted, aside = merge_reviews(candidates, tasks, config.label, load_reviews(config.output))
-    aside = problems + aside
+    aside = [bounded_row(row) for row in problems + aside]
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%f")
     base = review_dir(config.output)
     if aside:

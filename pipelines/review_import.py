@@ -4,7 +4,10 @@ reviews, and their validation against the queued tasks and the taxonomy.
 Every input that is not the expected shape becomes a problem row with a reason (not
 JSON, nested too deeply, a task, annotation list or result list of the wrong type...);
 ``pipelines.review.import_reviews`` keeps those rows in ``review/set_aside/``, so nothing
-is dropped silently and no bad input stops an import. Pure functions: no I/O.
+is dropped silently and no bad input stops an import. Sizes are capped: a review field
+longer than its ``FIELD_LIMITS`` entry is set aside as ``field_too_large`` (a 20 MB
+reviewer would otherwise be stored, and copied onto every document it labels), and every
+string of a set-aside row is cut (``bounded_row``). Pure functions: no I/O.
 """
 
 from __future__ import annotations
@@ -19,6 +22,10 @@ from transforms.label.label import LabelConfig, Review
 _LOGGER = logging.getLogger(__name__)
 
 RAW_LIMIT = 2000  # characters of a bad input kept in its set-aside row
+# Characters a candidate review's field may have. reviewer and reviewed_at are stored as
+# given (an email is at most 254, an ISO time about 32); task_id, set and value must name
+# a queued task and the taxonomy, and one that does is never too long, whatever its length.
+FIELD_LIMITS = {"task_id": 2048, "set": 256, "value": 1024, "reviewer": 256, "reviewed_at": 64}
 
 
 def utc_now() -> str:
@@ -165,12 +172,39 @@ def parse_jsonl(lines: Iterable[str], source: str) -> tuple[list[dict[str, Any]]
     return candidates, problems
 
 
+def oversized_field(candidate: dict[str, Any], tasks: dict[str, dict[str, Any]],
+                    taxonomy: dict[str, set[str]]) -> str:
+    """The error for the first field of ``candidate`` longer than its ``FIELD_LIMITS``
+    entry, naming the task; "" when there is none. A queued task id, a label set of the
+    taxonomy and one of its values are known, so never too long."""
+    known = {"task_id": candidate["task_id"] in tasks, "set": candidate["set"] in taxonomy,
+             "value": candidate["value"] in taxonomy.get(candidate["set"], ())}
+    for field, limit in FIELD_LIMITS.items():
+        size = len(candidate[field])
+        if size > limit and not known.get(field, False):
+            return (f"task {_cut(candidate['task_id'], 100)!r}: {field} has {size} characters, more than the "
+                    f"{limit} an import accepts; correct it in the export and import that task again")
+    return ""
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else f"{text[:limit]} [... {len(text)} characters]"
+
+
+def bounded_row(row: dict[str, Any]) -> dict[str, Any]:
+    """A set-aside row with every string cut to its ``FIELD_LIMITS`` entry (``RAW_LIMIT``
+    for the others), the cut marked with the full length; ``raw`` is already an excerpt."""
+    return {k: _cut(v, FIELD_LIMITS.get(k, RAW_LIMIT)) if isinstance(v, str) and k != "raw" else v
+            for k, v in row.items()}
+
+
 def merge_reviews(candidates: Sequence[dict[str, Any]], tasks: dict[str, dict[str, Any]],
                   config: LabelConfig, existing: Sequence[Review]) -> tuple[list[Review], list[dict[str, Any]]]:
     """(accepted, set aside): validates candidate reviews against the queued tasks, the
     taxonomy and the reviews accepted before.
 
-    * unknown task id, unknown label set, value outside the taxonomy: set aside;
+    * a field over its ``FIELD_LIMITS`` entry (``oversized_field``), unknown task id,
+      unknown label set, value outside the taxonomy: set aside;
     * the same (task, set, value) more than once (here or already accepted): one counts,
       the rest are set aside as ``duplicate``;
     * different values for one (task, set) in this import: all set aside as
@@ -183,7 +217,10 @@ def merge_reviews(candidates: Sequence[dict[str, Any]], tasks: dict[str, dict[st
     valid: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for c in candidates:
         task = tasks.get(c["task_id"])
-        if task is None:
+        too_large = oversized_field(c, tasks, taxonomy)
+        if too_large:
+            aside.append({**c, "reason": "field_too_large", "error": too_large})
+        elif task is None:
             aside.append({**c, "reason": "unknown_task"})
         elif c["set"] not in taxonomy:
             aside.append({**c, "reason": "unknown_label_set"})

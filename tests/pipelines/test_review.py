@@ -522,3 +522,90 @@ def test_import_command_line_exit_codes_and_report(tmp_path, capsys):
     report, hint = printed.split("\nrun the label stage again")
     assert report.startswith('{\n  "files": [\n    "') and json.loads(report)["accepted"] == 1
     assert hint == f" to apply them: python -m pipelines.run --config {config} --stages label\n"
+
+
+# ---------------------------------------------------------------- field and file sizes (issue 36, item 16)
+
+BIG = 20 << 20  # 20 MB: a field no export legitimately holds
+
+
+def test_import_caps_field_sizes_and_names_the_task(tmp_path, capsys):
+    """A 20 MB reviewer, choice, label set name, time or task id, in our JSONL, a Label
+    Studio export and its JSON-MIN form: each review is set aside as ``field_too_large``
+    with an error naming the task and the field, and nothing written holds more than a
+    bounded excerpt. A 20 MB lead time is not read at all. The good answer is accepted."""
+    config = queued_job(tmp_path)
+    big = "x" * BIG
+    answers = [{"task_id": "t1", "labels": {"language": "fr"}, "reviewer": big},
+               {"task_id": "t2", "labels": {"language": big}, "reviewer": "ann"},
+               {"task_id": "t2", "labels": {big: "de"}, "reviewer": "ann"},
+               {"task_id": "t2", "labels": {"language": "fr"}, "reviewed_at": big},
+               {"task_id": big, "labels": {"language": "fr"}},
+               {"task_id": "t3", "labels": {"language": "fr"}, "reviewer": "ann",
+                "reviewed_at": "2026-12-01T10:00:00Z"}]
+    export = [{"data": {"task_id": "t1"}, "annotations": [
+        {"completed_by": {"email": big}, "lead_time": big, "result": [
+            {"from_name": "language", "type": "choices", "value": {"choices": ["fr"]}}]},
+        {"completed_by": 3, "lead_time": big, "result": [
+            {"from_name": "language", "type": "choices", "value": {"choices": [big]}}]}]}]
+    json_min = [{"task_id": "t2", "language": "fr", "annotator": big, "lead_time": big},
+                {"task_id": "t2", "language": "fr", "annotator": 5, "updated_at": big}]
+    files = {"answers.jsonl": "".join(json.dumps(a) + "\n" for a in answers),
+             "export.json": json.dumps(export), "min.json": json.dumps(json_min)}
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    assert review_main(["import", "--config", str(config)] + [str(tmp_path / n) for n in files]) == 0
+    report = json.loads(capsys.readouterr().out.split("\nrun the label")[0])
+    assert (report["candidates"], report["accepted"], report["set_aside_by_reason"]) == (
+        10, 1, {"field_too_large": 9})
+    review = tmp_path / "out" / "review"
+    for path in list((review / "set_aside").iterdir()) + list((review / "reviews").iterdir()):
+        assert path.stat().st_size < 30_000, path  # nine rows, each field cut to its limit
+    aside = [json.loads(line) for f in (review / "set_aside").iterdir() for line in f.read_text().splitlines()]
+    fields = [re.match(r"task '(.*?)'.*: (\w+) has (\d+) characters, more than the (\d+) an import accepts",
+                       row["error"]).groups() for row in aside]
+    assert sorted((task[:4], field) for task, field, size, _ in fields if int(size) >= BIG) == sorted([
+        ("t1", "reviewer"), ("t2", "value"), ("t2", "set"), ("t2", "reviewed_at"), ("xxxx", "task_id"),
+        ("t1", "reviewer"), ("t1", "value"), ("t2", "reviewer"), ("t2", "reviewed_at")])
+    assert all(len(row["reviewer"]) <= 256 + 30 and len(row["task_id"]) <= 2048 + 30 for row in aside)
+    [stored] = [json.loads(line) for f in (review / "reviews").iterdir() for line in f.read_text().splitlines()]
+    assert (stored["task_id"], stored["value"], stored["reviewer"]) == ("t3", "fr", "ann")
+
+
+def test_merge_reviews_keeps_known_long_names_and_cuts_unknown_ones():
+    """The limits apply to what names nothing known: a queued task id or a taxonomy value
+    longer than the limit is accepted; a long unknown task id is set aside cut."""
+    from pipelines.review_import import FIELD_LIMITS, bounded_row
+
+    long_id, long_value = "t" * 3000, "v" * 2000
+    config = LabelConfig(sets=(LabelSetConfig("language", ("de", long_value), "m"),))
+    tasks = {long_id: {"task_id": long_id, "doc_id": long_id, "suggestions": {}}}
+    accepted, aside = merge_reviews([cand(long_id, long_value), cand("u" * 3000, "de"),
+                                     cand(long_id, "de", who="r" * 257)], tasks, config, [])
+    assert [(r.task_id, r.value) for r in accepted] == [(long_id, long_value)]
+    assert [a["reason"] for a in aside] == ["field_too_large", "field_too_large"]
+    assert "task_id has 3000 characters" in aside[0]["error"] and "reviewer has 257" in aside[1]["error"]
+    cut = bounded_row(aside[0])
+    assert cut["task_id"] == "u" * FIELD_LIMITS["task_id"] + " [... 3000 characters]"
+
+
+def test_an_import_file_over_the_size_limit_is_set_aside_unread(tmp_path, capsys):
+    """A file past ``MAX_IMPORT_BYTES`` (1 GiB, here sparse: nothing is written or read)
+    is one ``file_too_large`` row whose error says to split it; the other files import."""
+    from pipelines.review import MAX_IMPORT_BYTES
+
+    config = queued_job(tmp_path)
+    huge = tmp_path / "huge-export.json"
+    with huge.open("wb") as handle:
+        handle.truncate(MAX_IMPORT_BYTES + 1)
+    (tmp_path / "ok.jsonl").write_text(json.dumps({"task_id": "t1", "labels": {"language": "fr"}}) + "\n")
+    assert review_main(["import", "--config", str(config), str(huge), str(tmp_path / "ok.jsonl")]) == 0
+    printed = capsys.readouterr()
+    report = json.loads(printed.out.split("\nrun the label")[0])
+    assert (report["accepted"], report["set_aside_by_reason"]) == (1, {"file_too_large": 1})
+    [row] = [json.loads(line) for f in (tmp_path / "out" / "review" / "set_aside").iterdir()
+             for line in f.read_text().splitlines()]
+    assert row == {"reason": "file_too_large", "source": str(huge), "error": (
+        f"{huge}: {MAX_IMPORT_BYTES + 1} bytes, over the {MAX_IMPORT_BYTES} one import reads; split it "
+        "(Label Studio: export a filtered view per range of tasks) and import the parts")}
+    assert f"set aside unread: {row['error']}" in printed.err  # the command's log
