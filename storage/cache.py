@@ -122,8 +122,11 @@ class ShardCache:
             try:
                 with fsspec.open(url, "rb") as fh:
                     index = json.loads(fh.read())
-            except json.JSONDecodeError as exc:
-                raise IndexFileError(f"{url}: not JSON ({exc})") from None
+            except FileNotFoundError:
+                raise IndexFileError(f"{url}: no such index.json (a version is readable once tokenize has "
+                                     "written its index.json, last; check the path)") from None
+            except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError, deep nesting
+                raise IndexFileError(f"{url}: not JSON ({type(exc).__name__}: {str(exc)[:200]})") from None
             self._indexes[url] = validate_index(index, url)
         return self._indexes[url]
 
