@@ -167,3 +167,20 @@ def test_wrong_types_and_absent_files_through_the_loader_name_the_index(tmp_path
     with pytest.raises(IndexFileError, match="no such index.json") as missing:
         cache.read_index(str(tmp_path / "v8" / "index.json"))
     assert str(missing.value).startswith(f"{tmp_path}/v8/index.json: ")
+
+
+@pytest.mark.parametrize("path", ["out/tokenizer/tokenizer.model", "/abs/elsewhere/tokenizer.model",
+                                  "../../../tokenizer.model", ["not", "a", "string"]])
+def test_an_older_index_with_tokenizer_path_is_still_read(tmp_path, path):
+    """Indexes written before the tokenizer's origin left index.json carry tokenizer.path
+    (any path, relative to that run's working directory): read as before, never used."""
+    from storage.cache import ShardCache
+    from tests.storage.datasets import make_version
+
+    tokenizer = {"path": path, "file": "tokenizer.model", "sha256": SHA, "vocab_size": 100_000}
+    index_url = make_version(tmp_path / "v1", shards=2, extra={"index_version": 3, "tokenizer": tokenizer})
+    (tmp_path / "v1" / "tokenizer.model").write_bytes(b"model")
+    index = ShardCache(hot_dir=str(tmp_path / "hot")).read_index(index_url)
+    assert [f.name for f in version_files(index)] == ["shard-00000.tfs", "shard-00001.tfs", "tokenizer.model"]
+    cache = ShardCache(hot_dir=str(tmp_path / "hot"))
+    assert len(cache.tokens(index_url, "shard-00001.tfs")) == index["shards"][1]["num_tokens"]
