@@ -296,7 +296,9 @@ class TokenizeDriver:
             "format": "tokenfactory.tokens", "index_version": INDEX_VERSION,
             "dataset": self.config.dataset, "version": self.version,
             "created_at": created.strftime("%Y-%m-%dT%H:%M:%SZ"), "content_key": key,
-            "tokenizer": {"path": self.model, "file": TOKENIZER_FILE, **tokenizer},
+            # The version's own copy only: where it was taken from is a path outside the
+            # version (relative to the run's working directory); the manifest records it.
+            "tokenizer": {"file": TOKENIZER_FILE, **tokenizer},
             "vocab_size": tokenizer["vocab_size"],
             "dtype": records[0]["dtype"] if records else None, "seed": self.config.seed,
             "eos_appended": self.config.append_eos,

@@ -5,8 +5,9 @@ are downloaded into the hot directory (``storage.hotdir``: shared by every proce
 machine under one byte budget, LRU, shards in use pinned, atomic rename). Every shard is
 checked against its ``index.json`` entry once per process before its tokens are served
 (``storage.verify``: size, every header field, the sha256 of payload and document index,
-token ids below the vocabulary, the dtype), local or downloaded, and again if the file
-under that name changes. Any damage is a ``ShardError`` naming the shard. Downloads retry
+token ids below the vocabulary, the dtype), local or downloaded, and again when the file
+under that name changes: its inode, size, mtime or ctime (``_stamp``; docs/SHARD_FORMAT.md
+says what this does and does not detect). Any damage is a ``ShardError`` naming the shard. Downloads retry
 with exponential backoff and jitter (a missing file is not retried). Tokens are served as
 read-only memory maps.
 """
@@ -62,11 +63,14 @@ def _is_local(url: str) -> bool:
     return fsspec.core.split_protocol(url)[0] in (None, "file", "local")
 
 
-def _stamp(path: str, hot: bool) -> tuple[int, ...]:
-    """What identifies the file checked: inode and size, and for a file read in place its
-    modification time too (hot files get their mtime set on every hit, for the LRU)."""
+def _stamp(path: str) -> tuple[int, int, int, int]:
+    """What identifies the file checked: (inode, size, mtime_ns, ctime_ns). A write into
+    the file sets its ctime even when the writer puts the mtime back (``touch -r``,
+    ``rsync --inplace -t``, ``cp --preserve``) and nobody can set a ctime, so the check is
+    redone after any change the filesystem records (hot files are never touched by the
+    cache itself: their last use is a mark beside them, ``storage.hotdir``)."""
     st = os.stat(path)
-    return (st.st_ino, st.st_size) if hot else (st.st_ino, st.st_size, st.st_mtime_ns)
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 @dataclass
@@ -83,7 +87,7 @@ class ShardCache:
         self._maps: dict[str, np.ndarray] = {}  # pinned shards only
         self._indexes: dict[str, dict[str, Any]] = {}
         self._entries: dict[str, dict[str, dict[str, Any]]] = {}
-        self._checked: dict[str, tuple[tuple[int, ...], ShardHeader]] = {}  # path -> (file stamp, header)
+        self._checked: dict[str, tuple[tuple[int, int, int, int], ShardHeader]] = {}  # path -> (stamp, header)
         self._local_pins: dict[str, int] = {}
         self._inflight: dict[str, threading.Event] = {}
         self._doc_indexes: dict[str, np.ndarray] = {}
@@ -122,8 +126,11 @@ class ShardCache:
             try:
                 with fsspec.open(url, "rb") as fh:
                     index = json.loads(fh.read())
-            except json.JSONDecodeError as exc:
-                raise IndexFileError(f"{url}: not JSON ({exc})") from None
+            except FileNotFoundError:
+                raise IndexFileError(f"{url}: no such index.json (a version is readable once tokenize has "
+                                     "written its index.json, last; check the path)") from None
+            except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError, deep nesting
+                raise IndexFileError(f"{url}: not JSON ({type(exc).__name__}: {str(exc)[:200]})") from None
             self._indexes[url] = validate_index(index, url)
         return self._indexes[url]
 
@@ -199,14 +206,19 @@ class ShardCache:
             self.stats.ready += 1
 
     def _check_file(self, path: str, index_url: str, entry: dict[str, Any], name: str) -> ShardHeader:
-        """Checks the file at ``path`` in full once per process (and again if it changes)."""
+        """Checks the file at ``path`` in full once per process, and again when its stamp
+        (inode, size, mtime, ctime) changes; a memory map of the file as it was is dropped."""
         try:
-            stamp = _stamp(path, hot=path.startswith(self.hot.root + os.sep))
+            stamp = _stamp(path)
         except FileNotFoundError:
             raise ShardError(f"{name}: missing ({path}, listed in {index_url})") from None
         known = self._checked.get(path)
         if known is not None and known[0] == stamp:
             return known[1]
+        if known is not None:
+            _LOGGER.info("%s changed since it was checked (%s): checking it again", name, path)
+            self._checked.pop(path, None)
+            self._maps.pop(path, None)
         index = self.read_index(index_url)
         t0 = time.perf_counter()
         try:
@@ -256,7 +268,7 @@ class ShardCache:
             self.stats.misses += 1
             self.stats.evictions = self.hot.evictions
             try:
-                self._checked[path] = (_stamp(path, hot=True), header)
+                self._checked[path] = (_stamp(path), header)
             except FileNotFoundError:  # evicted by another process the moment it appeared
                 continue
             return

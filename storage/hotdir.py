@@ -17,7 +17,11 @@ dies, so a killed rank never leaves a lock behind):
   taken over.
 * a pinned shard (being read) is held with a shared lock on an open descriptor; eviction
   takes a shard only if it can lock it exclusively without waiting, so shards in use by any
-  process are never removed. Least recently used first: a hit sets the file's mtime.
+  process are never removed. Least recently used first: a hit sets the mtime of a mark
+  beside the shard (``<stem>.lru``), never the shard's own: a shard's inode is not changed
+  after its rename into place, so any change of its status time (ctime) is a change of the
+  file that readers re-check (``storage.cache``). Caches written before the marks keep
+  their shards' mtimes as the last use.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ __all__ = ["CACHE_FOLDER", "PARTIAL", "CacheFullError", "HotDir", "Reservation"]
 
 CACHE_FOLDER = "_cache"
 PARTIAL = ".partial"
+USED = ".lru"  # <stem>.lru beside <stem>.tfs: its mtime is the shard's last use
 
 
 class CacheFullError(RuntimeError):
@@ -79,6 +84,18 @@ def _remove(path: str) -> None:
         pass
 
 
+def _marker(path: str) -> str:
+    """The last-use mark of the shard at ``path``."""
+    return (path[:-len(".tfs")] if path.endswith(".tfs") else path) + USED
+
+
+def _mtime(path: str) -> float:
+    try:
+        return os.stat(path).st_mtime
+    except FileNotFoundError:
+        return 0.0
+
+
 class HotDir:
     """One process's handle on the shared cache folder (see the module docstring)."""
 
@@ -113,7 +130,9 @@ class HotDir:
                     st = os.stat(path)
                 except FileNotFoundError:
                     continue
-                out.append(_Entry(path, st.st_size, st.st_mtime, name.endswith(PARTIAL)))
+                partial = name.endswith(PARTIAL)
+                used = st.st_mtime if partial else max(st.st_mtime, _mtime(_marker(path)))
+                out.append(_Entry(path, st.st_size, used, partial))
         return out
 
     def used_bytes(self) -> int:
@@ -122,12 +141,17 @@ class HotDir:
             return sum(e.size for e in self._scan())
 
     def remove_stale_partials(self) -> int:
-        """Deletes partial downloads no living process writes (their lock is free)."""
+        """Deletes partial downloads no living process writes (their lock is free), and
+        last-use marks whose shard is gone."""
         removed = 0
         with self.locked():
             for entry in self._scan():
                 if entry.partial and self._take_if_free(entry.path):
                     removed += 1
+            for folder, _, files in os.walk(self.root):
+                for name in files:
+                    if name.endswith(USED) and not os.path.exists(os.path.join(folder, name[:-len(USED)] + ".tfs")):
+                        _remove(os.path.join(folder, name))
         return removed
 
     def _take_if_free(self, path: str) -> bool:
@@ -140,6 +164,8 @@ class HotDir:
             if not _try_lock(fd, fcntl.LOCK_EX):
                 return False
             _remove(path)
+            if not path.endswith(PARTIAL):
+                _remove(_marker(path))
             return True
         finally:
             os.close(fd)
@@ -254,11 +280,15 @@ class HotDir:
             return self._take_if_free(path)
 
     def touch(self, path: str) -> None:
-        """Marks a hit: the shard becomes the most recently used."""
+        """Marks a hit: the shard becomes the most recently used (its mark's mtime is set;
+        the shard's inode is left alone, see the module docstring)."""
+        marker = _marker(path)
         try:
-            os.utime(path)
+            os.utime(marker)
         except FileNotFoundError:
-            pass
+            if os.path.exists(path):  # a mark left by an eviction meanwhile goes at the next start
+                with open(marker, "ab"):
+                    pass
 
     def close(self) -> None:
         with self.locked():

@@ -65,9 +65,15 @@ class VersionFile:
     num_bytes: Optional[int] = None
 
 
+def _shown(value: Any) -> str:
+    """``repr(value)``, cut: a hostile index can hold megabytes where a name belongs."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def _check(pattern: re.Pattern[str], name: Any, what: str, where: str) -> str:
     if not isinstance(name, str) or not pattern.fullmatch(name):
-        raise IndexFileError(f"{where}: {what} {name!r} is not a plain file name inside its version "
+        raise IndexFileError(f"{where}: {what} {_shown(name)} is not a plain file name inside its version "
                              f"(outside its version or not of the form {pattern.pattern})")
     return name
 
@@ -92,18 +98,27 @@ def check_tokenizer_name(name: Any, where: str = "index.json") -> str:
 def _count(entry: dict[str, Any], key: str, where: str) -> int:
     value = entry.get(key)
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise IndexFileError(f"{where}: {key} must be an integer >= 0, got {value!r}")
+        raise IndexFileError(f"{where}: {key} must be an integer >= 0, got {_shown(value)}")
     return value
 
 
 def _sha(value: Any, key: str, where: str) -> str:
     if not isinstance(value, str) or not _SHA256.fullmatch(value):
-        raise IndexFileError(f"{where}: {key} must be 64 lowercase hex digits, got {value!r}")
+        raise IndexFileError(f"{where}: {key} must be 64 lowercase hex digits, got {_shown(value)}")
     return value
 
 
-def index_version(index: dict[str, Any]) -> int:
-    return int(index.get("index_version", 1))
+def index_version(index: dict[str, Any], where: str = "index.json") -> int:
+    """The index's format version (1 when absent: version 1 wrote none); anything but one
+    of ``READABLE_INDEX_VERSIONS`` as a JSON integer is an ``IndexFileError``."""
+    value = index.get("index_version", 1)
+    if isinstance(value, bool) or not isinstance(value, int) or value not in READABLE_INDEX_VERSIONS:
+        newer = isinstance(value, int) and not isinstance(value, bool) and value > INDEX_VERSION
+        raise IndexFileError(f"{where}: index_version {_shown(value)} is not one of {READABLE_INDEX_VERSIONS} "
+                             + ("(written by a newer tokenfactory: upgrade to read it)" if newer else
+                                "(not a version any tokenfactory writes: the index is damaged; rerun tokenize "
+                                "or restore the version from another tier)"))
+    return value
 
 
 def validate_index(index: Any, where: str = "index.json") -> dict[str, Any]:
@@ -111,15 +126,12 @@ def validate_index(index: Any, where: str = "index.json") -> dict[str, Any]:
     ``IndexFileError`` naming ``where`` and the field."""
     if not isinstance(index, dict) or not isinstance(index.get("shards"), list):
         raise IndexFileError(f"{where}: not a token index (no shards list)")
-    version = index_version(index)
-    if version not in READABLE_INDEX_VERSIONS:
-        raise IndexFileError(f"{where}: index_version {version} is not one of {READABLE_INDEX_VERSIONS} "
-                             "(written by a newer tokenfactory?)")
+    index_version(index, where)
     if "version" in index:
         check_version_name(index["version"], where)
     dtype = index.get("dtype")
-    if dtype is not None and dtype not in DTYPES:
-        raise IndexFileError(f"{where}: dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+    if dtype is not None and (not isinstance(dtype, str) or dtype not in DTYPES):
+        raise IndexFileError(f"{where}: dtype must be one of {sorted(DTYPES)}, got {_shown(dtype)}")
     seen: set[str] = set()
     for i, entry in enumerate(index["shards"]):
         at = f"{where}: shards[{i}]"
@@ -140,14 +152,26 @@ def validate_index(index: Any, where: str = "index.json") -> dict[str, Any]:
             if key in entry and _count(entry, key, f"{at} ({name})") > entry[whole]:
                 raise IndexFileError(f"{at} ({name}): {key} {entry[key]} exceeds {whole} {entry[whole]}")
     _check_repeat_totals(index, where)
-    tokenizer = index.get("tokenizer")
-    if isinstance(tokenizer, dict) and tokenizer.get("file") is not None:
-        check_tokenizer_name(tokenizer["file"], f"{where}: tokenizer")
-        _sha(tokenizer.get("sha256"), "tokenizer.sha256", where)
-    vocab = vocab_size_of(index)
+    _check_tokenizer(index.get("tokenizer"), where)
+    vocab = vocab_size_of(index, where)
     if vocab is not None and not 0 < vocab <= MAX_TOKEN_ID + 1:
         raise IndexFileError(f"{where}: vocab_size {vocab} outside 1..{MAX_TOKEN_ID + 1}")
     return index
+
+
+def _check_tokenizer(tokenizer: Any, where: str) -> None:
+    """``tokenizer``: absent, or an object whose ``file`` (version 3) is a plain name with
+    its sha256; a ``sha256`` without a file (version 2) is checked too, as readers compare
+    it across datasets."""
+    if tokenizer is None:
+        return
+    if not isinstance(tokenizer, dict):
+        raise IndexFileError(f"{where}: tokenizer must be an object, got {_shown(tokenizer)}")
+    if tokenizer.get("file") is not None:
+        check_tokenizer_name(tokenizer["file"], f"{where}: tokenizer")
+        _sha(tokenizer.get("sha256"), "tokenizer.sha256", where)
+    elif tokenizer.get("sha256") is not None:
+        _sha(tokenizer["sha256"], "tokenizer.sha256", where)
 
 
 def _check_repeat_totals(index: dict[str, Any], where: str) -> None:
@@ -167,16 +191,16 @@ def repeat_counts(entry: dict[str, Any]) -> tuple[int, int]:
     return int(entry.get("repeat_docs", 0)), int(entry.get("repeat_tokens", 0))
 
 
-def vocab_size_of(index: dict[str, Any]) -> Optional[int]:
+def vocab_size_of(index: dict[str, Any], where: str = "index.json") -> Optional[int]:
     """The tokenizer's vocabulary size if the index records it (version 3: ``tokenizer``;
-    version 2: top-level ``vocab_size``), else None."""
+    version 2: top-level ``vocab_size``), else None; ``where`` names the index in errors."""
     tokenizer = index.get("tokenizer")
     value = tokenizer.get("vocab_size") if isinstance(tokenizer, dict) else None
     value = index.get("vocab_size") if value is None else value
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
-        raise IndexFileError(f"index.json: vocab_size must be an integer, got {value!r}")
+        raise IndexFileError(f"{where}: vocab_size must be an integer, got {_shown(value)}")
     return value
 
 

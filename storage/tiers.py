@@ -45,9 +45,15 @@ from storage.verify import verify_shard
 
 _LOGGER = logging.getLogger(__name__)
 
-__all__ = ["StorageConfig", "TierError", "copy_version", "delete_version", "gc", "incomplete_versions",
+__all__ = ["MissingVersionFile", "StorageConfig", "TierError", "copy_version", "delete_version", "gc", "incomplete_versions",
            "list_versions", "remove_stale_incomplete", "verify_version", "version_dirs",
            "version_files"]
+
+
+class MissingVersionFile(TierError, IndexFileError):
+    """A version's index.json, or a file it lists, is absent from the source tier: the
+    message names the version, the file and the tier (an ``IndexFileError`` as well, so
+    callers that handle damaged indexes handle this too)."""
 
 
 @dataclass(frozen=True)
@@ -109,8 +115,8 @@ def read_index(fs: Any, version_dir: str) -> dict[str, Any]:
         raw = fh.read()
     try:
         return validate_index(json.loads(raw), path)
-    except (ValueError, IndexFileError) as exc:
-        raise TierError(f"{path}: {exc}") from None
+    except (ValueError, RecursionError) as exc:  # IndexFileError, JSON, UTF-8, deep nesting
+        raise TierError(f"{path}: {str(exc)[:400]}") from None
 
 
 def version_files(index: dict[str, Any]) -> list[VersionFile]:
@@ -128,7 +134,12 @@ def copy_version(version: str, src_url: str, dst_url: str, storage: StorageConfi
     src_fs, src_root = filesystem(src_url, storage)
     dst_fs, dst_root = filesystem(dst_url, storage)
     src_dir, dst_dir = _version_dir(src_root, version), _version_dir(dst_root, version)
-    index = read_index(src_fs, src_dir)
+    try:
+        index = read_index(src_fs, src_dir)
+    except FileNotFoundError:
+        raise MissingVersionFile(f"version {version}: no index.json in {src_url} (not in that tier, or an "
+                                 "incomplete copy; python -m pipelines.tiers status lists each tier's "
+                                 "versions)") from None
     entries = {s["name"]: s for s in index["shards"]}
     sent = skipped = copied_bytes = 0
     t0 = time.perf_counter()
@@ -137,7 +148,15 @@ def copy_version(version: str, src_url: str, dst_url: str, storage: StorageConfi
         if in_place(dst_fs, dst, f):
             skipped += 1
             continue
-        copied_bytes += copy_file(src_fs, src, dst_fs, dst, f, entries.get(f.name), index.get("dtype"))
+        try:
+            copied_bytes += copy_file(src_fs, src, dst_fs, dst, f, entries.get(f.name), index.get("dtype"))
+        except FileNotFoundError:
+            if src_fs.exists(src):
+                raise  # the destination's (a missing bucket): not the version's fault
+            raise MissingVersionFile(f"version {version}: {src_dir}/index.json lists {f.name}, which is missing "
+                                     f"in {src_url}; the destination has no index.json for it (readers "
+                                     "ignore it): copy the version from a tier where python -m "
+                                     "pipelines.tiers verify passes, or rerun tokenize") from None
         sent += 1
     copy_file(src_fs, _join(src_dir, "index.json"), dst_fs, _join(dst_dir, "index.json"),
                VersionFile("index.json", None, "unchecked"))

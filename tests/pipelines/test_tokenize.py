@@ -411,3 +411,31 @@ def test_without_the_lease_incomplete_versions_wait_out_the_safety_age(tmp_path)
     assert not holds_output_lease(str(tmp_path))  # another process's run
     (tmp_path / "_lease.json").write_text(json.dumps({**lease, "heartbeat_at": now - 600}))
     assert not holds_output_lease(str(tmp_path))  # a dead run's
+
+
+def _strings(value) -> list[str]:
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _strings(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    return [value] if isinstance(value, str) else []
+
+
+def test_index_json_names_no_path_outside_its_version(tmp_path, monkeypatch):
+    """A run with a relative output: before, index.json's tokenizer.path was
+    'out/tokenizer/tokenizer.model', a path outside the version that means something only
+    from the run's working directory. Now the index names only files inside the version
+    (the manifest still says where the model was taken from)."""
+    monkeypatch.chdir(tmp_path)
+    config = tmp_path / "relative.yaml"
+    config.write_text(f"output: out\ninputs:\n  - format: jsonl\n    path: {corpus(tmp_path)}\n"
+                      "tokenize:\n  vocab_size: 400\n  target_shard_bytes: 4000\n"
+                      "beam_args: ['--runner=FnApiRunner']\n")
+    run(str(config))
+    index, directory = load_version(tmp_path / "out")
+    assert set(index["tokenizer"]) == {"file", "sha256", "vocab_size", "eos_id", "bos_id", "pad_id", "unk_id"}
+    paths = [s for s in _strings(index) if "/" in s or "\\" in s or s.endswith(".model")]
+    assert paths and all(p.startswith("documents/") or p == "tokenizer.model" for p in paths), paths
+    assert all((directory / p).is_file() for p in paths)
+    manifest = json.loads((tmp_path / "out" / "manifests" / "tokenize.json").read_text())
+    assert manifest["extra"]["tokenizer"] == "out/tokenizer/tokenizer.model"

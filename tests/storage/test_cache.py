@@ -21,7 +21,7 @@ from storage.index import IndexFileError
 from storage.loader import Source, TokenDataset, TokenLoader
 from storage.shards import ShardError
 from tests.s3server import s3_endpoint, s3_env  # noqa: F401 (fixtures)
-from tests.storage.datasets import DAMAGE, damage, make_version
+from tests.storage.datasets import DAMAGE, damage, make_version, rewrite_in_place
 
 ROOT = Path(__file__).resolve().parents[2]
 VOCAB = {"vocab_size": 100_000, "dtype": "uint32"}
@@ -103,6 +103,27 @@ def test_local_shards_are_checked_once_per_process_and_again_when_replaced(tmp_p
     tmp.write_bytes(path.read_bytes())
     os.replace(tmp, path)  # the same bytes under a new inode
     ds.set_epoch(0)
+    assert windows(ds) == first and cache.stats.verified == 7
+
+
+def test_a_local_shard_changed_in_place_with_its_mtime_put_back_is_checked_again(tmp_path):
+    """Same inode, size and mtime, other bytes (``rsync --inplace -t``): before, the check
+    (keyed on inode, size, mtime) was not redone and the changed token was served."""
+    from storage.shards import HEADER_SIZE
+
+    index = make_version(tmp_path / "d", extra=VOCAB)
+    cache = ShardCache(hot_dir=str(tmp_path / "hot"))
+    ds = TokenDataset([Source(index)], seq_len=16, batch_size=2, buffer_shards=2, cache=cache)
+    first = windows(ds)
+    assert cache.stats.verified == 6
+    path = tmp_path / "d" / "shard-00004.tfs"
+    good = path.read_bytes()
+    bad = bytearray(good)
+    bad[HEADER_SIZE + 10] ^= 0x01
+    rewrite_in_place(path, bytes(bad))
+    with pytest.raises(ShardError, match="shard-00004.tfs.*checksum mismatch"):
+        windows(ds)
+    rewrite_in_place(path, good)  # put back: checked again, served again
     assert windows(ds) == first and cache.stats.verified == 7
 
 

@@ -22,7 +22,7 @@ from fsspec.implementations.memory import MemoryFileSystem
 from storage.cache import CacheStats, ShardCache, _stamp
 from storage.hotdir import CacheFullError
 from storage.shards import HEADER_SIZE, ShardError, decode_shard
-from tests.storage.datasets import make_version
+from tests.storage.datasets import make_version, rewrite_in_place
 
 VOCAB = {"vocab_size": 100_000, "dtype": "uint32"}
 
@@ -299,15 +299,51 @@ def test_reader_requests_are_counted_by_what_they_found(tmp_path, remote):
     assert (cache.stats.cold, cache.stats.ready, cache.stats.waited) == (2, 1, 1)
 
 
-def test_a_file_read_in_place_is_identified_by_its_mtime_too(tmp_path):
+def test_a_file_is_identified_by_inode_size_mtime_and_ctime(tmp_path):
     path = tmp_path / "f"
     path.write_bytes(b"x")
     st = os.stat(path)
-    assert _stamp(str(path), hot=True) == (st.st_ino, st.st_size)
-    assert _stamp(str(path), hot=False) == (st.st_ino, st.st_size, st.st_mtime_ns)
+    assert _stamp(str(path)) == (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
-    assert _stamp(str(path), hot=True) == (st.st_ino, st.st_size)
-    assert _stamp(str(path), hot=False) != (st.st_ino, st.st_size, st.st_mtime_ns)
+    assert _stamp(str(path))[:3] == (st.st_ino, st.st_size, st.st_mtime_ns + 10**9)
+    before = _stamp(str(path))
+    rewrite_in_place(path, b"y")  # mtime put back: only the ctime tells
+    after = _stamp(str(path))
+    assert after[:3] == before[:3] and after[3] != before[3]
+
+
+def test_a_cached_copy_changed_in_place_is_checked_again_and_fetched_anew(tmp_path, remote):
+    """A hot copy whose bytes change under the same inode, size and mtime: before, the
+    check (keyed on inode and size for hot files) was not redone and the changed tokens
+    were served; now the copy is checked again, found damaged, removed and downloaded."""
+    url, _ = remote
+    cache = cache_at(tmp_path)
+    path = cache.local_path(url, "shard-00002.tfs")
+    good = np.array(cache.tokens(url, "shard-00002.tfs"))
+    data = bytearray(Path(path).read_bytes())
+    data[HEADER_SIZE + 4] ^= 0x01
+    rewrite_in_place(Path(path), bytes(data))
+    assert cache.local_path(url, "shard-00002.tfs") == path
+    assert (cache.stats.verified, cache.stats.misses) == (2, 2)  # the copy failed its check: downloaded anew
+    assert np.array_equal(cache.tokens(url, "shard-00002.tfs"), good)
+
+
+def test_a_hit_marks_the_shard_used_beside_it_and_never_changes_the_shard(tmp_path, remote):
+    """The LRU's last use is the mtime of ``<stem>.lru``: a hit leaves the shard's own
+    inode alone (before, it set the shard's mtime, so its ctime could not tell a change),
+    and eviction still takes the least recently used shard."""
+    url, src = remote
+    sizes = {f.name: f.stat().st_size for f in src.glob("*.tfs")}
+    cache = cache_at(tmp_path, budget_bytes=sizes["shard-00000.tfs"]  # a and b, or a and c
+                     + max(sizes["shard-00001.tfs"], sizes["shard-00002.tfs"]))
+    a = cache.local_path(url, "shard-00000.tfs")
+    b = cache.local_path(url, "shard-00001.tfs")
+    os.utime(a, (1_000, 1_000))  # both long unused, a the longest
+    os.utime(b, (2_000, 2_000))
+    assert cache.local_path(url, "shard-00000.tfs") == a  # a hit on a
+    assert os.stat(a).st_mtime_ns == 1_000 * 10**9 and os.path.exists(a[:-len(".tfs")] + ".lru")
+    cache.local_path(url, "shard-00002.tfs")
+    assert os.path.exists(a) and not os.path.exists(b) and not os.path.exists(b[:-len(".tfs")] + ".lru")
 
 
 def _remote_version(tmp_path: Path, name: str, extra: dict, dtype=np.uint32) -> str:

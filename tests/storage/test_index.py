@@ -117,3 +117,70 @@ def test_repeat_counts_default_to_zero_for_indexes_before_upsampling():
                           "shards": [entry(0, num_docs=2, num_tokens=6, repeat_docs=1, repeat_tokens=3),
                                      entry(1, repeat_docs=0, repeat_tokens=2)]})
     assert repeat_counts(new) == (1, 5) and repeat_counts(new["shards"][1]) == (0, 2)
+
+
+WHERE = "gs://b/tokens/v7/index.json"
+
+
+@pytest.mark.parametrize("text,match", [
+    ('{"index_version": [1], "shards": []}', r"index_version \[1\] is not one of \(1, 2, 3\)"),
+    ('{"index_version": "x", "shards": []}', r"index_version 'x' is not one of"),
+    ('{"index_version": 1e400, "shards": []}', r"index_version inf is not one of .*damaged"),
+    ('{"index_version": NaN, "shards": []}', r"index_version nan is not one of"),
+    ('{"index_version": 2.0, "shards": []}', r"index_version 2.0 is not one of"),
+    ('{"index_version": true, "shards": []}', r"index_version True is not one of"),
+    ('{"index_version": 9, "shards": []}', r"index_version 9 .*newer tokenfactory: upgrade"),
+    ('{"dtype": ["uint16"], "shards": []}', r"dtype must be one of \['uint16', 'uint32'\], got \['uint16'\]"),
+    ('{"dtype": {"a": 1}, "shards": []}', r"dtype must be one of"),
+    ('{"tokenizer": ["tokenizer.model"], "shards": []}', r"tokenizer must be an object"),
+    ('{"tokenizer": {"sha256": ["ab"]}, "shards": []}', r"tokenizer.sha256 must be 64 lowercase hex digits"),
+    ('{"tokenizer": {"vocab_size": 1e400}, "shards": []}', r"vocab_size must be an integer, got inf"),
+    ('{"vocab_size": "400", "shards": []}', r"vocab_size must be an integer, got '400'"),
+    ('{"index_version": [' + "1, " * 10000 + '1], "shards": []}', r"index_version \[1, 1, .*\.\.\. is not one"),
+])
+def test_fields_of_the_wrong_type_are_index_file_errors_naming_the_index(text, match):
+    """Before, these raised TypeError, ValueError or OverflowError from int() and set
+    lookups, naming neither the index nor the field."""
+    import json
+
+    with pytest.raises(IndexFileError, match=match) as error:
+        validate_index(json.loads(text), WHERE)
+    assert str(error.value).startswith(WHERE + ": ") and len(str(error.value)) < 400
+
+
+def test_wrong_types_and_absent_files_through_the_loader_name_the_index(tmp_path):
+    """The loader's read of a real index.json file: a wrong type, undecodable bytes and
+    an index that is not there are IndexFileErrors naming the file."""
+    from storage.cache import ShardCache
+
+    cache = ShardCache(hot_dir=str(tmp_path / "hot"))
+    version = tmp_path / "v7"
+    version.mkdir()
+    path = version / "index.json"
+    for text, match in [('{"index_version": 1e400, "version": "v7", "shards": []}', "index_version inf"),
+                        ('{"dtype": ["uint16"], "version": "v7", "shards": []}', "dtype must be one of"),
+                        ('{"shards": [' * 100_000, "not JSON"), ("\udcff", "not JSON")]:
+        path.write_bytes(text.encode("utf-8", "surrogateescape"))
+        with pytest.raises(IndexFileError, match=match) as error:
+            ShardCache(hot_dir=str(tmp_path / "hot")).read_index(str(path))
+        assert str(error.value).startswith(f"{path}: ")
+    with pytest.raises(IndexFileError, match="no such index.json") as missing:
+        cache.read_index(str(tmp_path / "v8" / "index.json"))
+    assert str(missing.value).startswith(f"{tmp_path}/v8/index.json: ")
+
+
+@pytest.mark.parametrize("path", ["out/tokenizer/tokenizer.model", "/abs/elsewhere/tokenizer.model",
+                                  "../../../tokenizer.model", ["not", "a", "string"]])
+def test_an_older_index_with_tokenizer_path_is_still_read(tmp_path, path):
+    """Indexes written before the tokenizer's origin left index.json carry tokenizer.path
+    (any path, relative to that run's working directory): read as before, never used."""
+    from storage.cache import ShardCache
+    from tests.storage.datasets import make_version
+
+    tokenizer = {"path": path, "file": "tokenizer.model", "sha256": SHA, "vocab_size": 100_000}
+    index_url = make_version(tmp_path / "v1", shards=2, extra={"index_version": 3, "tokenizer": tokenizer})
+    (tmp_path / "v1" / "tokenizer.model").write_bytes(b"model")
+    index = ShardCache(hot_dir=str(tmp_path / "hot")).read_index(index_url)
+    assert [f.name for f in version_files(index)] == ["shard-00000.tfs", "shard-00001.tfs", "tokenizer.model"]
+    cache = ShardCache(hot_dir=str(tmp_path / "hot"))
+    assert len(cache.tokens(index_url, "shard-00001.tfs")) == index["shards"][1]["num_tokens"]

@@ -223,6 +223,25 @@ def test_older_index_versions_still_copy_and_verify(tmp_path):
         assert verify_version(str(tmp_path / "hot"), version, storage) == []
 
 
+@pytest.mark.parametrize("missing", ["shard-00002-of-00004.tfs", "documents/shard-00001-of-00004.parquet",
+                                     "tokenizer.model", "index.json"])
+def test_a_listed_file_that_is_absent_is_an_index_error_naming_version_and_file(tmp_path, missing):
+    """A legal name in index.json whose file is gone (or no index.json at all): before, a
+    raw FileNotFoundError naming only a path; now an IndexFileError (and TierError) naming
+    the version, the file and the tier, and no index.json at the destination."""
+    from storage.index import IndexFileError
+
+    make_version(tmp_path / "warm", "v1", index_version=3)
+    os.remove(tmp_path / "warm" / "v1" / missing)
+    storage = StorageConfig(warm=str(tmp_path / "warm"))
+    with pytest.raises(IndexFileError) as error:
+        copy_version("v1", storage.warm, str(tmp_path / "hot"), storage)
+    assert isinstance(error.value, TierError)
+    message = str(error.value)
+    assert message.startswith("version v1: ") and missing in message and str(tmp_path / "warm") in message
+    assert not (tmp_path / "hot" / "v1" / "index.json").exists()
+
+
 @pytest.mark.parametrize("version", ["../../x", "..", "v1/../../x", "/etc"])
 def test_hostile_version_names_are_refused_before_any_write(tmp_path, version):
     make_version(tmp_path / "warm", "v1")
