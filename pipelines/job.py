@@ -219,18 +219,20 @@ class StageFailed(RuntimeError):
 
 
 def run_job(config: JobConfig, cli_args: Sequence[str] = (), force: bool = False,
-            show_progress: bool = False) -> list[StageReport]:
+            show_progress: bool = False, break_lease: bool = False) -> list[StageReport]:
     """Runs the config's stages in order; returns one report per stage. A stage that
     raises ends the job with ``StageFailed`` (the stages before it keep their outputs
     and manifests, so a rerun resumes after them); another live run on the same output
-    ends it with ``LeaseHeld`` before any stage."""
+    ends it with ``LeaseHeld`` before any stage, unless ``break_lease`` (its lease is
+    taken, its owner logged)."""
     options = pipeline_options(config, cli_args)
     configure_filesystems(config, cli_args)  # the driver's own reads and writes of the output
     reports: list[StageReport] = []
     # one run per output (LeaseHeld before anything is touched); a lost lease stops the
     # job at the next stage boundary
     lease = OutputLease(store_for(config.output, list(config.beam_args) + list(cli_args)))
-    with lease, shared_job_server(options):  # Flink/Spark: one job server JVM for every pipeline
+    # Flink/Spark: one job server JVM for every pipeline
+    with lease.acquire(break_lease=break_lease), shared_job_server(options):
         for stage in config.active_stages():
             try:
                 lease.check()

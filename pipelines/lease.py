@@ -3,26 +3,36 @@
 Two runs on the same output clear each other's stages and share ``work/<stage>`` (one
 trial published a token version whose near-duplicates were never removed), so
 ``pipelines.run`` takes ``<output>/_lease.json`` before its first stage and gives it
-back after the last. The lease names its owner (a random id, host, pid, command) and
-is rewritten every ``ttl_s / 4`` seconds by a heartbeat thread; a lease whose heartbeat
-is older than ``ttl_s`` (a run killed with -9, a lost machine) is stale and may be taken
-over. A second run on a live lease is refused with a message naming the owner.
+back after the last; the tier commands that write (``pipelines.tiers promote``, ``demote``,
+``gc``) take it too, since the tokenize stage of a run removes the version folders without
+index.json it finds. The lease names its owner (a random id, host, pid, the command with
+its secrets masked: ``storage.redact.redact_command``) and is rewritten every
+``ttl_s / 4`` seconds by a heartbeat thread.
 
-Atomicity, per store:
-- local paths: ``O_CREAT | O_EXCL`` creates the lease, a takeover first renames the
-  stale file away (only one of two racing runs can rename it), heartbeats replace the
-  file by rename.
-- ``s3://``: conditional writes (``If-None-Match: *`` to create, ``If-Match: <etag>`` to
-  take over or beat), with the job's S3 options (endpoint, credentials, region).
-- other stores (``gs://``...): Beam's FileSystems with write, wait ``settle_s``, read
-  back; the last writer wins and every heartbeat re-reads the owner, so a run that lost
-  a race stops at its next stage boundary (``LeaseLost``).
+A lease not rewritten for ``ttl_s`` (a run killed with -9, a lost machine) is stale and
+may be taken over. Its age is measured by the store's own clock (``pipelines.lease_stores``:
+a local file's mtime, an S3 object's ``LastModified`` against the response's ``Date``),
+never by the ``heartbeat_at`` the owner wrote: an owner whose clock runs behind would
+otherwise lose a live lease, and one whose clock runs ahead (or that wrote NaN or
+infinity) would hold it forever. A lease whose times are not finite or whose TTL is not
+in (0, ``MAX_TTL_S``] is impossible and counts as stale. A second run on a live lease is
+refused with a message naming the owner; ``acquire(break_lease=True)``
+(``--break-lease``) takes a live lease anyway and logs the owner it broke, which stops at
+its next stage boundary (``LeaseLost``).
+
+A process that writes a dataset version folder (a tier copy) holds a lease of the same
+kind inside it, ``<version>/_writer.json`` (``version_writer``): the cleanup of version
+folders without index.json takes that lease before it deletes a folder, so it never
+deletes one that a live process is writing.
+
+The stores and their atomicity are in ``pipelines.lease_stores``.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import socket
 import sys
@@ -30,12 +40,20 @@ import threading
 import time
 import uuid
 from dataclasses import asdict, dataclass
-from typing import Any, Optional, Protocol
+from typing import Any, Optional
+
+from pipelines.lease_stores import LEASE_NAME, BeamStore, LocalStore, S3Store, Store, Stored, store_for
+from storage.redact import redact_command, redact_text
 
 _LOGGER = logging.getLogger(__name__)
 
-LEASE_NAME = "_lease.json"
+__all__ = ["DEFAULT_TTL_S", "LEASE_NAME", "MAX_TTL_S", "WRITER_NAME", "BeamStore", "Lease", "LeaseHeld",
+           "LeaseLost", "LocalStore", "OutputLease", "S3Store", "Store", "Stored", "output_lease", "store_for",
+           "version_writer"]
+
 DEFAULT_TTL_S = 120.0
+MAX_TTL_S = 24 * 3600.0  # a longer TTL is no lease but a lock nobody can tell from a dead one
+WRITER_NAME = "_writer.json"  # the lease of the process writing a version folder
 
 
 class LeaseHeld(RuntimeError):
@@ -56,12 +74,31 @@ class Lease:
     heartbeat_at: float
     ttl_s: float
 
-    def stale(self, now: float) -> bool:
-        return now - self.heartbeat_at > self.ttl_s
+    def plausible(self) -> bool:
+        """Finite times and a TTL in (0, MAX_TTL_S]; NaN or infinity would never expire."""
+        return (math.isfinite(self.acquired_at) and math.isfinite(self.heartbeat_at)
+                and 0 < self.ttl_s <= MAX_TTL_S)
 
-    def describe(self, now: float) -> str:
-        return (f"run {self.owner[:8]} (pid {self.pid} on {self.host}, {self.command!r}), "
-                f"last heartbeat {now - self.heartbeat_at:.0f}s ago, expires after {self.ttl_s:.0f}s")
+    def stale(self, now: float, age_s: Optional[float] = None) -> bool:
+        """Whether the lease may be taken over: impossible, or not rewritten for ``ttl_s``
+        by the store's clock (``age_s``). Without a store clock the owner's heartbeat time
+        is compared with ``now``, and one more than ``ttl_s`` in the future is impossible."""
+        if not self.plausible():
+            return True
+        if age_s is not None and math.isfinite(age_s):
+            return age_s > self.ttl_s
+        return abs(now - self.heartbeat_at) > self.ttl_s
+
+    def describe(self, now: float, age_s: Optional[float] = None) -> str:
+        """Who holds it and how fresh it is; the command's secrets are masked (a lease
+        written before they were masked at the source shows none either)."""
+        if not self.plausible():
+            beat = f"an impossible heartbeat (heartbeat_at {self.heartbeat_at!r}, ttl_s {self.ttl_s!r})"
+        else:
+            clock = "" if age_s is None else " by the store's clock"
+            seconds = now - self.heartbeat_at if age_s is None else age_s
+            beat = f"last heartbeat {max(seconds, 0.0):.0f}s ago{clock}, expires after {self.ttl_s:.0f}s"
+        return f"run {self.owner[:8]} (pid {self.pid} on {self.host}, {redact_text(self.command)!r}), {beat}"
 
     def encode(self) -> bytes:
         return json.dumps(asdict(self), sort_keys=True).encode()
@@ -74,218 +111,26 @@ class Lease:
             return Lease(owner=str(raw["owner"]), host=str(raw["host"]), pid=int(raw["pid"]),
                          command=str(raw["command"]), acquired_at=float(raw["acquired_at"]),
                          heartbeat_at=float(raw["heartbeat_at"]), ttl_s=float(raw["ttl_s"]))
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, OverflowError, RecursionError):
             return None
-
-
-class Store(Protocol):
-    """Where the lease file lives: read it (with a version token), create it only if
-    absent, replace it (the owner's heartbeat) or take it over (a stale one) only if it
-    still has that version, delete it."""
-
-    def read(self) -> Optional[tuple[bytes, str]]: ...
-    def create(self, data: bytes) -> bool: ...
-    def replace(self, data: bytes, version: str) -> bool: ...
-    def take_over(self, data: bytes, version: str) -> bool: ...
-    def delete(self, version: str) -> None: ...
-
-
-class LocalStore:
-    """A lease file on a local (or POSIX shared) filesystem; its bytes are its version
-    (every write carries a new heartbeat time)."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-
-    def read(self) -> Optional[tuple[bytes, str]]:
-        try:
-            with open(self.path, "rb") as fh:
-                data = fh.read()
-        except FileNotFoundError:
-            return None
-        return data, data.decode("utf-8", "replace")
-
-    def create(self, data: bytes) -> bool:
-        os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
-        try:
-            fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            return False
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        return True
-
-    def replace(self, data: bytes, version: str) -> bool:
-        """The owner's heartbeat: a new file renamed over the old one if it still has
-        ``version`` (only a run whose lease expired can lose it in between)."""
-        current = self.read()
-        if current is None or current[1] != version:
-            return False
-        tmp = f"{self.path}.{uuid.uuid4().hex}.tmp"
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, self.path)
-        return True
-
-    def take_over(self, data: bytes, version: str) -> bool:
-        """Moves the file with ``version`` aside (of two racing runs only one can), checks
-        that what it moved is that version (else puts it back), then writes ``data``."""
-        aside = f"{self.path}.{uuid.uuid4().hex}.old"
-        try:
-            os.rename(self.path, aside)
-        except FileNotFoundError:
-            return False
-        with open(aside, "rb") as fh:
-            moved = fh.read().decode("utf-8", "replace")
-        if moved != version:  # it changed after we read it: put it back unless a new one is there
-            try:
-                os.link(aside, self.path)
-            except FileExistsError:
-                pass
-            os.remove(aside)
-            return False
-        tmp = f"{self.path}.{uuid.uuid4().hex}.tmp"
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-        try:
-            os.link(tmp, self.path)  # fails if another run created one meanwhile
-        except FileExistsError:
-            return False
-        finally:
-            os.remove(tmp)
-            os.remove(aside)
-        return True
-
-    def delete(self, version: str) -> None:
-        current = self.read()
-        if current is not None and current[1] == version:
-            os.remove(self.path)
-
-
-class S3Store:
-    """A lease object on S3 with conditional writes (If-None-Match / If-Match)."""
-
-    def __init__(self, url: str, client: Any) -> None:
-        bucket, _, key = url.split("://", 1)[1].partition("/")
-        self.bucket, self.key, self.client = bucket, key, client
-
-    def _refused(self, exc: Exception) -> bool:
-        code = getattr(exc, "response", {}).get("Error", {}).get("Code", "")
-        return code in ("PreconditionFailed", "ConditionalRequestConflict", "412", "409")
-
-    def read(self) -> Optional[tuple[bytes, str]]:
-        try:
-            got = self.client.get_object(Bucket=self.bucket, Key=self.key)
-        except self.client.exceptions.NoSuchKey:
-            return None
-        return got["Body"].read(), got["ETag"]
-
-    def create(self, data: bytes) -> bool:
-        try:
-            self.client.put_object(Bucket=self.bucket, Key=self.key, Body=data, IfNoneMatch="*")
-        except Exception as exc:
-            if self._refused(exc):
-                return False
-            raise
-        return True
-
-    def replace(self, data: bytes, version: str) -> bool:
-        try:
-            self.client.put_object(Bucket=self.bucket, Key=self.key, Body=data, IfMatch=version)
-        except Exception as exc:
-            if self._refused(exc) or "NoSuchKey" in str(exc):
-                return False
-            raise
-        return True
-
-    take_over = replace
-
-    def delete(self, version: str) -> None:
-        current = self.read()
-        if current is not None and current[1] == version:
-            self.client.delete_object(Bucket=self.bucket, Key=self.key)
-
-
-class BeamStore:
-    """Any Beam filesystem: write, wait ``settle_s``, read back (last writer wins)."""
-
-    def __init__(self, url: str, settle_s: float = 2.0) -> None:
-        self.url, self.settle_s = url, settle_s
-
-    def read(self) -> Optional[tuple[bytes, str]]:
-        from apache_beam.io.filesystems import FileSystems
-
-        if not FileSystems.exists(self.url):
-            return None
-        with FileSystems.open(self.url, compression_type="uncompressed") as fh:
-            data = fh.read()
-        return data, data.decode("utf-8", "replace")
-
-    def _write(self, data: bytes) -> bool:
-        from apache_beam.io.filesystems import FileSystems
-
-        with FileSystems.create(self.url, compression_type="uncompressed") as fh:
-            fh.write(data)
-        time.sleep(self.settle_s)
-        current = self.read()
-        return current is not None and current[0] == data
-
-    def create(self, data: bytes) -> bool:
-        return self.read() is None and self._write(data)
-
-    def replace(self, data: bytes, version: str) -> bool:
-        current = self.read()
-        return current is not None and current[1] == version and self._write(data)
-
-    take_over = replace
-
-    def delete(self, version: str) -> None:
-        from apache_beam.io.filesystems import FileSystems
-
-        current = self.read()
-        if current is not None and current[1] == version:
-            FileSystems.delete([self.url])
-
-
-def _s3_client(beam_args: list[str]) -> Any:
-    """A boto3 S3 client with the job's S3 options (the ones Beam's S3 filesystem uses)."""
-    import boto3
-    from apache_beam.options.pipeline_options import PipelineOptions, S3Options
-
-    opts = PipelineOptions(beam_args).view_as(S3Options)
-    kwargs = {"endpoint_url": opts.s3_endpoint_url, "region_name": opts.s3_region_name,
-              "aws_access_key_id": opts.s3_access_key_id, "aws_secret_access_key": opts.s3_secret_access_key,
-              "aws_session_token": opts.s3_session_token}
-    if opts.s3_verify is not None:
-        kwargs["verify"] = opts.s3_verify
-    if opts.s3_disable_ssl:
-        kwargs["use_ssl"] = False
-    return boto3.client("s3", **{k: v for k, v in kwargs.items() if v is not None})
-
-
-def store_for(output: str, beam_args: list[str]) -> Store:
-    url = f"{output.rstrip('/')}/{LEASE_NAME}"
-    if "://" not in output or output.startswith("file://"):
-        return LocalStore(url.split("://", 1)[-1])
-    if output.startswith(("s3://", "s3a://")):
-        return S3Store(url, _s3_client(beam_args))
-    return BeamStore(url)
 
 
 class OutputLease:
     """The lease of one run on one output: ``acquire()`` or raise ``LeaseHeld``; a
-    heartbeat thread keeps it; ``check()`` raises ``LeaseLost`` once it was taken over;
-    ``release()`` deletes it if it is still ours."""
+    heartbeat thread keeps it (``heartbeat=False``: none, for a hold of a few seconds);
+    ``check()`` raises ``LeaseLost`` once it was taken over; ``release()`` deletes it if
+    it is still ours. ``subject`` names what it guards in messages."""
 
     def __init__(self, store: Store, ttl_s: float = DEFAULT_TTL_S, command: str = "",
-                 clock: Any = time.time) -> None:
-        if not ttl_s > 0:
-            raise ValueError(f"lease ttl_s must be > 0, got {ttl_s}")
-        self.store, self.ttl_s, self.clock = store, ttl_s, clock
+                 clock: Any = time.time, subject: str = "the output", heartbeat: bool = True) -> None:
+        if not 0 < ttl_s <= MAX_TTL_S:
+            raise ValueError(f"lease ttl_s must be > 0 and at most {MAX_TTL_S:.0f}, got {ttl_s}")
+        self.store, self.ttl_s, self.clock, self.subject = store, ttl_s, clock, subject
+        self.heartbeat = heartbeat
         now = clock()
+        shown = redact_text(command) if command else redact_command(sys.argv)
         self.lease = Lease(owner=uuid.uuid4().hex, host=socket.gethostname(), pid=os.getpid(),
-                           command=command or " ".join(sys.argv)[:300], acquired_at=now,
-                           heartbeat_at=now, ttl_s=ttl_s)
+                           command=shown[:300], acquired_at=now, heartbeat_at=now, ttl_s=ttl_s)
         self._version: Optional[str] = None
         self._lost: Optional[str] = None
         self._stop = threading.Event()
@@ -293,33 +138,51 @@ class OutputLease:
 
     def _version_after_write(self, data: bytes) -> Optional[str]:
         current = self.store.read()
-        if current is None or Lease.decode(current[0]) is None or Lease.decode(current[0]).owner != self.lease.owner:
+        held = Lease.decode(current.data) if current is not None else None
+        if current is None or held is None or held.owner != self.lease.owner:
             return None
-        return current[1]
+        return current.version
 
-    def acquire(self) -> "OutputLease":
+    def acquire(self, break_lease: bool = False) -> "OutputLease":
+        """Takes the lease: creates it, or takes over a stale one (a live one too with
+        ``break_lease``, logging its owner); ``LeaseHeld`` naming the owner otherwise."""
         data = self.lease.encode()
         if not self.store.create(data):
             current = self.store.read()
             if current is None:  # released between our create and our read: try once more
                 if not self.store.create(data):
-                    raise LeaseHeld("the output's lease changed hands while it was being taken; try again")
+                    raise LeaseHeld(f"the lease of {self.subject} changed hands while it was being taken; "
+                                    "try again")
             else:
-                held = Lease.decode(current[0])
-                now = self.clock()
-                if held is not None and not held.stale(now):
-                    raise LeaseHeld(f"the output is in use by {held.describe(now)}; wait for it to end, "
-                                    f"or, if that run is gone, for the lease to expire")
-                what = held.describe(now) if held is not None else "a damaged lease file"
-                if not self.store.take_over(data, current[1]):
-                    raise LeaseHeld(f"another run took over the stale lease of {what} first")
-                _LOGGER.warning("took over the stale lease of %s", what)
+                self._take(current, data, break_lease)
+        elif break_lease:
+            _LOGGER.info("--break-lease: %s had no lease to break", self.subject)
         self._version = self._version_after_write(data)
         if self._version is None:
-            raise LeaseHeld("another run wrote the output's lease at the same time; try again")
-        self._thread = threading.Thread(target=self._beat, name="output-lease", daemon=True)
-        self._thread.start()
+            raise LeaseHeld(f"another run wrote the lease of {self.subject} at the same time; try again")
+        sweep = getattr(self.store, "sweep", None)
+        if sweep is not None:
+            sweep(self.ttl_s)  # temporary files of heartbeats a kill -9 interrupted
+        if self.heartbeat:
+            self._thread = threading.Thread(target=self._beat, name="output-lease", daemon=True)
+            self._thread.start()
         return self
+
+    def _take(self, current: Stored, data: bytes, break_lease: bool) -> None:
+        held = Lease.decode(current.data)
+        now = self.clock()
+        what = held.describe(now, current.age_s) if held is not None else "a damaged lease file"
+        live = held is not None and not held.stale(now, current.age_s)
+        if live and not break_lease:
+            raise LeaseHeld(f"{self.subject} is in use by {what}; wait for it to end, or, if that run is "
+                            "gone, for the lease to expire (or end it now with --break-lease)")
+        if not self.store.take_over(data, current.version):
+            raise LeaseHeld(f"another run took over the lease of {what} first")
+        if live:
+            _LOGGER.warning("%s: broke the live lease of %s (--break-lease); if that run still runs, it "
+                            "stops at its next stage boundary", self.subject, what)
+        else:
+            _LOGGER.warning("%s: took over the stale lease of %s", self.subject, what)
 
     def beat(self) -> None:
         """Writes a new heartbeat if the lease is still ours; else marks it lost."""
@@ -329,9 +192,10 @@ class OutputLease:
         data = self.lease.encode()
         if not self.store.replace(data, self._version):
             current = self.store.read()
-            held = Lease.decode(current[0]) if current is not None else None
-            self._lost = held.describe(self.clock()) if held is not None else "nobody (the lease file is gone)"
-            _LOGGER.error("this run's lease on the output was taken over by %s", self._lost)
+            held = Lease.decode(current.data) if current is not None else None
+            self._lost = (held.describe(self.clock(), current.age_s) if held is not None and current is not None
+                          else "nobody (the lease file is gone)")
+            _LOGGER.error("this run's lease on %s was taken over by %s", self.subject, self._lost)
             return
         self._version = self._version_after_write(data)
         if self._version is None:
@@ -346,7 +210,7 @@ class OutputLease:
 
     def check(self) -> None:
         if self._lost:
-            raise LeaseLost(f"this run's lease on the output was taken over by {self._lost}: "
+            raise LeaseLost(f"this run's lease on {self.subject} was taken over by {self._lost}: "
                             f"stopping before the next stage so two runs do not write the same output")
 
     def release(self) -> None:
@@ -361,7 +225,21 @@ class OutputLease:
         self._version = None
 
     def __enter__(self) -> "OutputLease":
-        return self.acquire()
+        """Acquires the lease unless ``acquire()`` already did (``with lease.acquire(...)``)."""
+        return self if self._version is not None else self.acquire()
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+def version_writer(folder: str, beam_args: Any = (), command: str = "", heartbeat: bool = True) -> OutputLease:
+    """The lease of the one process that writes (or removes) the version folder
+    ``folder``: ``<folder>/_writer.json``. ``beam_args``: a list of pipeline options or
+    a ``PipelineOptions`` (the S3 client's settings)."""
+    return OutputLease(store_for(folder, beam_args, WRITER_NAME), command=command, subject=f"version folder {redact_text(folder)}",
+                       heartbeat=heartbeat)
+
+
+def output_lease(output: str, beam_args: Any = (), command: str = "") -> OutputLease:
+    """The lease of ``<output>/_lease.json`` with the job's pipeline options."""
+    return OutputLease(store_for(output, beam_args), command=command)

@@ -27,7 +27,8 @@ Commands:
         time with the model's suggestion; Enter accepts, a value key (shown beside each
         value) corrects, arrows move between label sets and tasks. Answers are written to
         ``--out`` in the JSONL import format above (one line per task, rewritten
-        atomically after every answer, so a killed server loses nothing). The page URL
+        atomically after every answer, so a killed server loses nothing; servers sharing
+        one ``--out`` merge their answers under a lock, ``<out>.lock``). The page URL
         printed at start carries a random session token (``/?token=...``): only a browser
         that opened it may read or answer (see ``pipelines/review_server.py``).
 

@@ -4,18 +4,25 @@
 a time with the model's suggestion per label set; Enter accepts, the key shown beside a
 value corrects it, arrows move between label sets and tasks. Every answer rewrites the
 answers file (our JSONL import format) atomically, so a killed server loses nothing and
-a restarted one resumes. The page is one HTML document with inline CSS and JS, no
+a restarted one resumes. Several servers may share one answers file (two reviewers on one
+queue): an answer is written under an exclusive ``flock`` of ``<answers>.lock``, after the
+file is read again and merged (what another server wrote stays, label set by label set),
+through a temporary file of its own. Before, each server rewrote the file from its own
+memory through one fixed ``.tmp`` name: 2 of 4 answers of two servers were lost. The page is one HTML document with inline CSS and JS, no
 external resource, and shows document text as text. The HTTP side (a session token,
 Host, Origin and content-type checks, timeouts) is ``pipelines.review_server``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import logging
 import os
 import threading
-from typing import Any, Sequence
+import uuid
+from typing import Any, Iterator, Sequence
 
 from pipelines.review_import import utc_now
 from storage.redact import redact_url
@@ -58,16 +65,52 @@ class ReviewSession:
         self.out = out
         self.reviewer = reviewer
         self.lock = threading.Lock()
-        self.answers: dict[str, dict[str, Any]] = {}
-        if os.path.exists(out):  # resume: answers already given stay given
-            with open(out, encoding="utf-8", errors="replace") as fh:
-                for number, line in enumerate(fh, 1):
-                    try:
-                        row = json.loads(line)
-                        if row["task_id"] in self.by_id and isinstance(row["labels"], dict):
-                            self.answers[row["task_id"]] = row
-                    except (ValueError, KeyError, TypeError, RecursionError):
-                        _LOGGER.warning("%s:%d: not an answer line, ignored", redact_url(out), number)
+        self.answers: dict[str, dict[str, Any]] = self._read(warn=True)  # resume: answers given stay given
+
+    def _read(self, warn: bool = False) -> dict[str, dict[str, Any]]:
+        """The answers in the answers file (of this server or another one on the same file),
+        by task id; lines that are not answers to a task of this queue are skipped."""
+        answers: dict[str, dict[str, Any]] = {}
+        try:
+            fh = open(self.out, encoding="utf-8", errors="replace")
+        except FileNotFoundError:
+            return answers
+        with fh:
+            for number, line in enumerate(fh, 1):
+                try:
+                    row = json.loads(line)
+                    if row["task_id"] in self.by_id and isinstance(row["labels"], dict):
+                        answers[row["task_id"]] = row
+                except (ValueError, KeyError, TypeError, RecursionError):
+                    if warn:
+                        _LOGGER.warning("%s:%d: not an answer line, ignored", redact_url(self.out), number)
+        return answers
+
+    @contextlib.contextmanager
+    def _file_lock(self) -> Iterator[None]:
+        """An exclusive lock of ``<answers>.lock`` shared by every server on this file (the
+        answers file itself is replaced by rename, so it cannot carry the lock)."""
+        with open(self.out + ".lock", "a") as fh:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+    def _write(self) -> None:
+        """The answers, in task order, to a temporary file of this write renamed over the
+        answers file (removed if the write fails)."""
+        tmp = f"{self.out}.{uuid.uuid4().hex}.tmp"
+        try:
+            with open(tmp, "w", encoding="utf-8") as fh:
+                for t in self.tasks:
+                    if t["task_id"] in self.answers:
+                        fh.write(json.dumps(self.answers[t["task_id"]], ensure_ascii=False) + "\n")
+            os.replace(tmp, self.out)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(tmp)
+            raise
 
     def answer(self, task_id: str, labels: dict[str, str]) -> dict[str, int]:
         """Stores the answer ``labels`` (label set -> value) for ``task_id``. Label sets
@@ -85,7 +128,8 @@ class ReviewSession:
             if value not in task["taxonomy"][name]:
                 raise AnswerError(f"{name}={value[:200]!r} is not in the taxonomy")
         suggestions = task.get("suggestions", {})
-        with self.lock:
+        with self.lock, self._file_lock():
+            self.answers.update(self._read())  # what other servers on this file answered meanwhile
             merged = {**self.answers.get(task_id, {}).get("labels", {}), **labels}
             self.answers[task_id] = {
                 "task_id": task_id, "doc_id": task["doc_id"], "labels": merged,
@@ -94,12 +138,7 @@ class ReviewSession:
                 "model_versions": {k: v["version"] for k, v in suggestions.items()},
                 "corrected": sorted(k for k, v in merged.items()
                                     if k in suggestions and suggestions[k]["value"] != v)}
-            tmp = self.out + ".tmp"
-            with open(tmp, "w", encoding="utf-8") as fh:
-                for t in self.tasks:
-                    if t["task_id"] in self.answers:
-                        fh.write(json.dumps(self.answers[t["task_id"]], ensure_ascii=False) + "\n")
-            os.replace(tmp, self.out)
+            self._write()
             return self._progress()
 
     def _progress(self) -> dict[str, int]:
@@ -110,8 +149,10 @@ class ReviewSession:
             return self._progress()
 
     def state(self) -> dict[str, Any]:
-        """A snapshot (answers copied under the lock: another thread may be answering)."""
+        """A snapshot (answers copied under the lock: another thread may be answering),
+        with what other servers on the same answers file answered."""
         with self.lock:
+            self.answers.update(self._read())
             return {"tasks": self.tasks, "answers": dict(self.answers), "keys": KEYS,
                     "reviewer": self.reviewer, **self._progress()}
 

@@ -1,10 +1,11 @@
 """Command line: ``python -m pipelines.run --config configs/X.yaml [--stages a,b]
-[--output URL] [--force] [any Beam pipeline option]``.
+[--output URL] [--force] [--break-lease] [any Beam pipeline option]``.
 
 Exit status: 0 when every stage ran (or was resumed) and its counts reconcile,
 1 when a stage does not reconcile or fails (the stages before it keep their outputs and
 resume on the next run), 2 on a configuration error or when another live run holds the
-output (``<output>/_lease.json``; nothing ran).
+output (``<output>/_lease.json``; nothing ran; ``--break-lease`` takes it anyway and logs
+the owner it broke). Log lines and messages mask URL credentials and secret option values.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from pipelines.lease import LeaseHeld
 from pipelines.manifest import read_manifest
 from pipelines.memory import cap_malloc_arenas, worker_environment
 from pipelines.stage_specs import STAGE_SPECS, spec_of
-from storage.redact import redact_url
+from storage.redact import redact_text, redact_url
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -52,6 +53,10 @@ def parse_args(argv: Optional[Sequence[str]]) -> tuple[argparse.Namespace, list[
     parser.add_argument("--stages", help="comma-separated stages to run (default: all configured)")
     parser.add_argument("--output", help="output URL, overrides the config's output")
     parser.add_argument("--force", action="store_true", help="rerun stages even when resumable")
+    parser.add_argument("--break-lease", action="store_true",
+                        help="take the output's lease even from a live run (its owner is logged; that run "
+                             "stops at its next stage boundary): for a run you know is gone whose lease "
+                             "has not expired yet")
     parser.add_argument("--engine", choices=list(ENGINES),
                         help="run on this engine: " + "; ".join(f"{e.name}: {e.description}"
                                                                 for e in ENGINES.values())
@@ -138,21 +143,22 @@ def write_run_report(config: JobConfig) -> str:
 
 class RedactingFilter(logging.Filter):
     """Masks the credentials of every URL in a log line (``s3://KEY:SECRET@b`` →
-    ``s3://***@b``), whichever module logged it."""
+    ``s3://***@b``) and the value of every secret option (``--hf_token=***``: Beam logs
+    the options it does not know with their values), whichever module logged it."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
-        redacted = redact_url(message)
+        redacted = redact_text(message)
         if redacted != message:
             record.msg, record.args = redacted, ()
         if record.exc_info and record.exc_info[1] is not None:
             text = logging.Formatter().formatException(record.exc_info)
-            record.exc_info, record.exc_text = None, redact_url(text)
+            record.exc_info, record.exc_text = None, redact_text(text)
         return True
 
 
 def _stderr(text: str) -> None:
-    sys.stderr.write(redact_url(text))
+    sys.stderr.write(redact_text(text))
 
 
 def _terminated(signum: int, frame: object) -> None:
@@ -232,7 +238,8 @@ def _main(argv: Optional[Sequence[str]], out: TextIO) -> int:
 
 def _run(args: argparse.Namespace, config: JobConfig, beam_args: list[str], out: TextIO) -> int:
     try:
-        reports = run_job(config, beam_args, force=args.force, show_progress=not args.no_progress)
+        reports = run_job(config, beam_args, force=args.force, show_progress=not args.no_progress,
+                          break_lease=args.break_lease)
     except LeaseHeld as held:
         _stderr(f"output in use: {held}\nnothing ran\n")
         return 2

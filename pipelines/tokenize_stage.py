@@ -13,7 +13,8 @@ labels and signals play no part). The driver
    when this process holds the output's lease (``pipelines.lease``: then no other run
    writes this output), else only those in which nothing was written for
    ``INCOMPLETE_MAX_AGE_S`` (24 h: a run writes its folder only while its shards are
-   written, so one silent for a day belongs to no living run);
+   written, so one silent for a day belongs to no living run); never one whose writer
+   lease (``<version>/_writer.json``: a tier copy from another output or process) is live;
 2. fingerprints the documents (a small Beam pipeline: count and sum of 128-bit hashes of
    id and text) and computes the key. If a complete version has that key, it is reused
    as is (a rerun after a review import, a forced rerun): no shard is written again;
@@ -140,16 +141,37 @@ def version_folders(tokens_dir: str) -> dict[str, dict[str, Any]]:
     return found
 
 
-def remove_stale_versions(tokens_dir: str, now: float, max_age_s: float = INCOMPLETE_MAX_AGE_S) -> list[str]:
+def remove_version_folder(folder: str, beam_args: Any = (), why: str = "a killed run's leftover") -> bool:
+    """Deletes a version folder without index.json unless a live process writes it: the
+    folder's writer lease (``<folder>/_writer.json``, held by a tier copy while it writes)
+    is taken first, so a live writer keeps its folder (False) and a writer that comes
+    after is refused instead of writing into a folder being deleted."""
+    from pipelines.lease import LeaseHeld, version_writer
+
+    try:
+        claim = version_writer(folder, beam_args, command=f"tokenize: removing {why}", heartbeat=False).acquire()
+    except LeaseHeld as held:
+        _LOGGER.info("keeping %s (no index.json yet): %s", folder, held)
+        return False
+    try:
+        _LOGGER.warning("removing %s: no index.json, %s", folder, why)
+        FileSystems.delete([folder])
+    finally:
+        claim.release()
+    return True
+
+
+def remove_stale_versions(tokens_dir: str, now: float, max_age_s: float = INCOMPLETE_MAX_AGE_S,
+                          beam_args: Any = ()) -> list[str]:
     """Deletes version folders without index.json whose newest file is older than
-    ``max_age_s`` (a folder whose file times are unknown is kept); ``max_age_s=0``: all."""
+    ``max_age_s`` (a folder whose file times are unknown is kept; ``max_age_s=0``: all)
+    and which no live process writes (``remove_version_folder``)."""
     removed = []
     for name, info in sorted(version_folders(tokens_dir).items()):
         if info["complete"] or (max_age_s > 0 and (info["newest"] is None or now - info["newest"] < max_age_s)):
             continue
-        _LOGGER.warning("removing %s/%s: no index.json, a killed run's leftover", tokens_dir, name)
-        FileSystems.delete([FileSystems.join(tokens_dir, name)])
-        removed.append(name)
+        if remove_version_folder(FileSystems.join(tokens_dir, name), beam_args):
+            removed.append(name)
     return removed
 
 
@@ -221,7 +243,7 @@ class TokenizeDriver:
 
         created = datetime.now(timezone.utc)
         remove_stale_versions(self.tokens_dir, created.timestamp(),
-                              0.0 if holds_output_lease(self.output) else INCOMPLETE_MAX_AGE_S)
+                              0.0 if holds_output_lease(self.output) else INCOMPLETE_MAX_AGE_S, options)
         if FileSystems.exists(self.work):
             FileSystems.delete([self.work])
         with open(local_copy(self.model), "rb") as fh:
@@ -241,7 +263,7 @@ class TokenizeDriver:
             _LOGGER.info("tokenize: version %s has the same tokens (key %s): reused", self.version, key[:12])
         else:
             for name in [n for n in folders if n.endswith("-" + key[:12]) and not folders[n]["complete"]]:
-                FileSystems.delete([FileSystems.join(self.tokens_dir, name)])  # this run's killed attempt
+                remove_version_folder(FileSystems.join(self.tokens_dir, name), options, "an earlier attempt")
             self.version = check_version_name(f"v{created:%Y%m%dT%H%M%S}-{key[:12]}")
             self.directory = FileSystems.join(self.tokens_dir, self.version)
             write_atomic(FileSystems.join(self.directory, TOKENIZER_FILE), tokenizer_bytes)
@@ -252,10 +274,13 @@ class TokenizeDriver:
         write_text_atomic(FileSystems.join(self.tokens_dir, CURRENT), self.version + "\n")
         self._publish_rejected()
         if self.storage is not None and self.storage.warm:
+            from pipelines.lease import version_writer
             from storage.tiers import copy_version
 
-            # New versions land in the warm tier (verified copy, index.json last).
-            copy_version(self.version, self.tokens_dir, self.storage.warm, self.storage)
+            # New versions land in the warm tier (verified copy, index.json last), the
+            # folder there held by this writer's lease while it is written.
+            copy_version(self.version, self.tokens_dir, self.storage.warm, self.storage,
+                         lambda folder: version_writer(folder, options, "tokenize: copy to storage.warm"))
         return totals
 
     def _find(self, key: str, folders: dict[str, dict[str, Any]]) -> Optional[str]:

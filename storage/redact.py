@@ -11,7 +11,14 @@ error, a log line or a report. Two shapes are recognised:
   then replaced, since a URL parser would read part of the secret as the path.
 
 ``https://medium.com/@user/post`` and ``http://host:8080/a@b`` keep their ``@``: no
-credentials are recognised there. Beam-free and dependency-free (``storage/`` is the
+credentials are recognised there.
+
+Command lines carry secrets as option values too (``--s3_secret_access_key=...``, a
+``--hf_token ...`` Beam logs as an "unparseable argument"): ``redact_options`` masks the
+value of every ``--name=value`` whose name says it holds a secret (``SECRET_NAME``:
+secret, password, token, key, credential, auth, cookie, signature), ``redact_command``
+also the ``--name value`` form of an argv list, and ``redact_text`` does URLs and
+options together. Beam-free and dependency-free (``storage/`` is the
 bottom layer), so every layer can call it.
 """
 
@@ -19,10 +26,12 @@ from __future__ import annotations
 
 import logging
 import re
+from typing import Sequence
 
 _LOGGER = logging.getLogger(__name__)
 
-__all__ = ["MASK", "has_userinfo", "redact_url"]
+__all__ = ["MASK", "SECRET_NAME", "has_userinfo", "redact_command", "redact_options", "redact_text",
+           "redact_url"]
 
 MASK = "***"
 
@@ -31,6 +40,10 @@ MASK = "***"
 _URL = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.\-]*://)(?P<rest>[^\s'\"<>`]*)")
 _STANDARD = re.compile(r"^[^/?#]*@")  # userinfo: up to the last '@' before any / ? #
 _NOT_A_PORT = re.compile(r":(?![0-9]*$)")  # a colon not followed by digits only
+# an option name that says its value is a secret (masking a harmless value costs nothing)
+SECRET_NAME = re.compile(r"secret|passw|token|key|credential|auth|cookie|signature", re.IGNORECASE)
+# "--name=value" inside any text: the value ends at whitespace, a quote, a comma or a bracket
+_OPTION = re.compile(r"(?P<name>(?<![\w-])--?[A-Za-z][\w.-]*)=(?P<value>[^\s'\"`,\]\)]+)")
 
 
 def _redact_rest(rest: str) -> str:
@@ -53,3 +66,32 @@ def redact_url(text: str) -> str:
 def has_userinfo(url: str) -> bool:
     """Whether ``url`` carries credentials that ``redact_url`` would mask."""
     return redact_url(url) != url
+
+
+def redact_options(text: str) -> str:
+    """``text`` with the value of every ``--name=value`` whose name says it is a secret masked."""
+    if "=" not in text:
+        return text
+    return _OPTION.sub(lambda m: m.group("name") + "=" + MASK if SECRET_NAME.search(m.group("name"))
+                       else m.group(0), text)
+
+
+def redact_text(text: str) -> str:
+    """``text`` with URL credentials and secret option values masked (logs, messages)."""
+    return redact_options(redact_url(text))
+
+
+def redact_command(argv: Sequence[str]) -> str:
+    """The command line ``argv`` as one string, secrets masked: URL credentials, the value
+    of a secret ``--name=value`` and the argument after a secret ``--name`` that has no
+    ``=`` (``--s3_secret_access_key SECRET``)."""
+    words: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next and not arg.startswith("-"):
+            words.append(MASK)
+            hide_next = False
+            continue
+        hide_next = arg.startswith("-") and "=" not in arg and bool(SECRET_NAME.search(arg))
+        words.append(redact_text(arg))
+    return " ".join(words)

@@ -26,12 +26,13 @@ The command line is ``python -m pipelines.tiers`` (``pipelines/tiers.py``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, ContextManager, Optional, Sequence
 
 import fsspec
 
@@ -45,7 +46,10 @@ from storage.verify import verify_shard
 
 _LOGGER = logging.getLogger(__name__)
 
-__all__ = ["MissingVersionFile", "StorageConfig", "TierError", "copy_version", "delete_version", "gc", "incomplete_versions",
+# what a writer holds around its writes into a version folder, given the folder's URL
+Guard = Callable[[str], ContextManager[Any]]
+
+__all__ = ["Guard", "MissingVersionFile", "StorageConfig", "TierError", "copy_version", "delete_version", "gc", "incomplete_versions",
            "list_versions", "remove_stale_incomplete", "verify_version", "version_dirs",
            "version_files"]
 
@@ -128,9 +132,13 @@ def version_files(index: dict[str, Any]) -> list[VersionFile]:
         raise TierError(str(exc)) from None
 
 
-def copy_version(version: str, src_url: str, dst_url: str, storage: StorageConfig) -> dict[str, Any]:
+def copy_version(version: str, src_url: str, dst_url: str, storage: StorageConfig,
+                 guard: Optional[Guard] = None) -> dict[str, Any]:
     """Copies one dataset version between tiers (verified, atomic, resumable): shards,
-    documents tables and the tokenizer, then index.json last."""
+    documents tables and the tokenizer, then index.json last. ``guard(folder URL)``, when
+    given, is held around the writes into the destination folder: the writer's lease
+    there (``pipelines.lease.version_writer``), so a cleanup of folders without index.json
+    leaves this one alone while it is written."""
     src_fs, src_root = filesystem(src_url, storage)
     dst_fs, dst_root = filesystem(dst_url, storage)
     src_dir, dst_dir = _version_dir(src_root, version), _version_dir(dst_root, version)
@@ -143,23 +151,24 @@ def copy_version(version: str, src_url: str, dst_url: str, storage: StorageConfi
     entries = {s["name"]: s for s in index["shards"]}
     sent = skipped = copied_bytes = 0
     t0 = time.perf_counter()
-    for f in version_files(index):
-        src, dst = _join(src_dir, f.name), _join(dst_dir, f.name)
-        if in_place(dst_fs, dst, f):
-            skipped += 1
-            continue
-        try:
-            copied_bytes += copy_file(src_fs, src, dst_fs, dst, f, entries.get(f.name), index.get("dtype"))
-        except FileNotFoundError:
-            if src_fs.exists(src):
-                raise  # the destination's (a missing bucket): not the version's fault
-            raise MissingVersionFile(f"version {version}: {src_dir}/index.json lists {f.name}, which is missing "
-                                     f"in {src_url}; the destination has no index.json for it (readers "
-                                     "ignore it): copy the version from a tier where python -m "
-                                     "pipelines.tiers verify passes, or rerun tokenize") from None
-        sent += 1
-    copy_file(src_fs, _join(src_dir, "index.json"), dst_fs, _join(dst_dir, "index.json"),
-               VersionFile("index.json", None, "unchecked"))
+    with guard(_join(dst_url, version)) if guard is not None else contextlib.nullcontext():
+        for f in version_files(index):
+            src, dst = _join(src_dir, f.name), _join(dst_dir, f.name)
+            if in_place(dst_fs, dst, f):
+                skipped += 1
+                continue
+            try:
+                copied_bytes += copy_file(src_fs, src, dst_fs, dst, f, entries.get(f.name), index.get("dtype"))
+            except FileNotFoundError:
+                if src_fs.exists(src):
+                    raise  # the destination's (a missing bucket): not the version's fault
+                raise MissingVersionFile(f"version {version}: {src_dir}/index.json lists {f.name}, which is missing "
+                                         f"in {src_url}; the destination has no index.json for it (readers "
+                                         "ignore it): copy the version from a tier where python -m "
+                                         "pipelines.tiers verify passes, or rerun tokenize") from None
+            sent += 1
+        copy_file(src_fs, _join(src_dir, "index.json"), dst_fs, _join(dst_dir, "index.json"),
+                  VersionFile("index.json", None, "unchecked"))
     seconds = time.perf_counter() - t0
     _LOGGER.info("copied %s from %s to %s: %d files sent, %d already there, %.1f MB in %.1fs",
                  version, src_url, dst_url, sent, skipped, copied_bytes / 1e6, seconds)
@@ -274,13 +283,13 @@ def delete_version(url: str, version: str, storage: StorageConfig) -> None:
     fs.rm(directory, recursive=True)
 
 
-def gc(output: str, storage: StorageConfig) -> list[dict[str, Any]]:
+def gc(output: str, storage: StorageConfig, guard: Optional[Guard] = None) -> list[dict[str, Any]]:
     """Archive policy: warm keeps the newest ``keep_warm_versions``; older versions are
-    copied to cold (verified) and then removed from warm."""
+    copied to cold (verified; ``guard`` as for ``copy_version``) and then removed from warm."""
     warm, cold = storage.url("warm", output), storage.url("cold", output)
     moved = []
     for version in list_versions(warm, storage)[:-storage.keep_warm_versions]:
-        result = copy_version(version, warm, cold, storage)
+        result = copy_version(version, warm, cold, storage, guard)
         if verify_version(cold, version, storage):
             raise TierError(f"{version}: verification in the cold tier failed; warm copy kept")
         delete_version(warm, version, storage)

@@ -3,8 +3,12 @@ its own so that a spawned child imports only the lease code."""
 
 from __future__ import annotations
 
+import contextlib
+import subprocess
+import sys
 import time
-from typing import Any
+from pathlib import Path
+from typing import Any, Iterator
 
 from pipelines.lease import LeaseHeld, LocalStore, OutputLease
 
@@ -20,3 +24,26 @@ def take_over(path: str, start: float, queue: Any) -> None:
         lease._stop.set()
     except LeaseHeld:
         queue.put("refused")
+
+
+HOLD = """
+import sys
+from pipelines.lease import LocalStore, OutputLease
+lease = OutputLease(LocalStore(sys.argv[1]), ttl_s=600, command=sys.argv[2]).acquire()
+print(lease.lease.owner, flush=True)
+sys.stdin.read()
+lease.release()
+"""
+
+
+@contextlib.contextmanager
+def held_lease(path: Path, command: str) -> Iterator[str]:
+    """The lease file ``path`` held live by another process (``command`` in it) for the
+    block; yields its owner id."""
+    root = Path(__file__).resolve().parents[1]
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(path), command], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True, cwd=root)
+    try:
+        yield holder.stdout.readline().strip()
+    finally:
+        holder.communicate("", timeout=60)

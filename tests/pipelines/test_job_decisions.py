@@ -402,7 +402,7 @@ def test_the_review_queue_line_names_the_queue_of_the_label_stage(tmp_path):
 
 
 def _args(**kw) -> SimpleNamespace:
-    return SimpleNamespace(force=False, no_progress=True, no_report=True, **kw)
+    return SimpleNamespace(**{"force": False, "no_progress": True, "no_report": True, "break_lease": False, **kw})
 
 
 def test_the_exit_code_says_whether_every_stage_reconciled(tmp_path, monkeypatch, capsys):
@@ -453,14 +453,16 @@ def test_run_passes_its_flags_and_prints_the_table_the_locations_and_the_report(
     monkeypatch.setattr(run, "run_job", lambda cfg, beam_args, **kw: asked.append((cfg, beam_args, kw)) or [good])
     monkeypatch.setattr(run, "write_run_report", lambda cfg: f"report: {cfg.output}/report.html")
     out = io.StringIO()
-    assert run._run(SimpleNamespace(force=True, no_progress=False, no_report=False), config, ["--x=1"], out) == 0
-    assert asked == [(config, ["--x=1"], {"force": True, "show_progress": True})]
+    assert run._run(SimpleNamespace(force=True, no_progress=False, no_report=False, break_lease=True), config,
+                    ["--x=1"], out) == 0
+    assert asked == [(config, ["--x=1"], {"force": True, "show_progress": True, "break_lease": True})]
     assert out.getvalue() == ("\n" + run.format_table([good]) + "\n\n" + run.format_locations(config.output, [good])
                               + "\n" + f"report: {config.output}/report.html\n")
     asked.clear()
     out = io.StringIO()
     assert run._run(_args(), config, [], out) == 0  # --no-progress, --no-report
-    assert asked[0][2] == {"force": False, "show_progress": False} and "report:" not in out.getvalue()
+    assert asked[0][2] == {"force": False, "show_progress": False, "break_lease": False}
+    assert "report:" not in out.getvalue()
 
 
 def test_the_locations_name_each_stage_output_and_the_token_index():

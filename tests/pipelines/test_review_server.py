@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import socket
 import time
 from pathlib import Path
@@ -326,3 +327,37 @@ def test_cross_origin_attack_in_chromium_changes_nothing(tmp_path, chromium):
     refused = [(m, p, s) for m, p, s, _ in srv.refused]
     assert ("POST", "/api/answer", 403) in refused and ("GET", "/api/state", 403) in refused
     assert ("OPTIONS", "/api/answer", 405) in refused  # the JSON fetch's preflight
+
+
+def test_two_servers_on_one_answers_file_lose_no_answer(tmp_path):
+    """Two reviewers' servers on one queue and one answers file, answering in turn and
+    then at once from 8 threads: every answer is in the file (before: each server
+    rewrote the file from its own memory, 2 of the first 4 answers lost)."""
+    import threading
+
+    many = [{**tasks()[0], "task_id": f"t{i}", "doc_id": f"d{i}"} for i in range(20)]
+    out = str(tmp_path / "answers.jsonl")
+    servers = [serve(ReviewSession(many, out, name), port=0) for name in ("rita", "sam")]
+    try:
+        turns = [(0, "t0", {"language": "en"}), (1, "t1", {"language": "fr"}), (0, "t2", {"quality": "low"}),
+                 (1, "t0", {"quality": "low"})]
+        for which, task_id, labels in turns:
+            assert answer(servers[which], {"task_id": task_id, "labels": labels})[0] == 200
+        assert answers_file(tmp_path) == {"t0": {"language": "en", "quality": "low"}, "t1": {"language": "fr"},
+                                          "t2": {"quality": "low"}}
+        statuses: list[int] = []
+        threads = [threading.Thread(target=lambda i=i: statuses.append(answer(
+            servers[i % 2], {"task_id": f"t{i}", "labels": {"language": "de"}})[0])) for i in range(3, 20)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        assert statuses == [200] * 17
+        assert sorted(answers_file(tmp_path), key=lambda t: int(t[1:])) == [f"t{i}" for i in range(20)]
+        state = json.loads(call(servers[0], "GET", "/api/state", headers={"X-Review-Token": servers[0].token})[2])
+        assert state["done"] == 20  # the other server's answers show on this one's page too
+        assert sorted(os.listdir(tmp_path)) == ["answers.jsonl", "answers.jsonl.lock"]  # no .tmp left
+    finally:
+        for srv in servers:
+            srv.shutdown()
+            srv.server_close()

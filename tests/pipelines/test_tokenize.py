@@ -375,8 +375,8 @@ def test_a_killed_tokenize_leaves_no_version_folder_behind_after_the_rerun(tmp_p
     (tokens / "v20200101T000000-0123456789ab").mkdir()
     (tokens / "v20200101T000000-0123456789ab" / "shard-00000-of-00009.tfs").write_bytes(b"half")
     lease = tmp_path / "out" / "_lease.json"  # the killed run's heartbeat stopped: 10 minutes pass
-    held = json.loads(lease.read_text())
-    lease.write_text(json.dumps({**held, "heartbeat_at": held["heartbeat_at"] - 600}))
+    then = lease.stat().st_mtime - 600  # (the store's clock: the file's mtime)
+    os.utime(lease, (then, then))
     run_with(config)
     index, directory = load_version(tmp_path / "out")
     assert folders(tmp_path / "out") == [directory.name] and (directory / "index.json").exists()
@@ -439,3 +439,84 @@ def test_index_json_names_no_path_outside_its_version(tmp_path, monkeypatch):
     assert all((directory / p).is_file() for p in paths)
     manifest = json.loads((tmp_path / "out" / "manifests" / "tokenize.json").read_text())
     assert manifest["extra"]["tokenizer"] == "out/tokenizer/tokenizer.model"
+
+
+PAUSED_PROMOTE = """
+import sys
+import storage.tiers as tiers
+copy_file, copied = tiers.copy_file, []
+def paused(*args, **kwargs):
+    sent = copy_file(*args, **kwargs)
+    copied.append(args[1])
+    if len(copied) == 1:
+        print("copied one file", flush=True)
+        sys.stdin.readline()
+    return sent
+tiers.copy_file = paused
+from pipelines.tiers import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_tokenize_never_removes_a_version_folder_a_live_copy_writes(tmp_path):
+    """Another output's ``pipelines.tiers promote`` (it holds that output's lease, not
+    this one's) copies a version into this output's tokens/ (its warm tier) and is paused
+    after its first file; this output's tokenize runs meanwhile, holding this output's
+    lease. Before: tokenize removed the half-written folder as a killed run's leftover."""
+    import subprocess
+    import sys
+
+    from storage.tiers import StorageConfig, verify_version
+
+    settings = f"  model: {shared('models', 'spm_test_model_botchan.model')}\n  target_shard_bytes: 2000\n"
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+    here = job(tmp_path / "a", settings)
+    run(here)
+    run(job(tmp_path / "b", settings + "  seed: 7\n"))
+    source, version = load_version(tmp_path / "b" / "out")
+    promote = tmp_path / "promote.yaml"
+    promote.write_text(f"output: {tmp_path / 'b' / 'out'}\ninputs: []\ncrawl:\n  seeds: [http://x]\nstorage:\n"
+                       f"  cold: {tmp_path / 'b' / 'out' / 'tokens'}\n  warm: {tmp_path / 'a' / 'out' / 'tokens'}\n")
+    target = tmp_path / "a" / "out" / "tokens" / version.name
+    proc = subprocess.Popen([sys.executable, "-c", PAUSED_PROMOTE, "promote", "--config", str(promote),
+                             "--version", version.name], cwd=Path(__file__).resolve().parents[2],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "copied one file"
+        assert target.is_dir() and not (target / "index.json").exists()
+        code = main(["--config", here, "--stages", "tokenize", "--force", "--log-level", "WARNING"], out=io.StringIO())
+        assert code == 0 and target.is_dir()
+    finally:
+        printed, err = proc.communicate("\n", timeout=300)
+    assert proc.returncode == 0, err
+    assert f"promoted {version.name} cold -> warm" in printed
+    assert verify_version(str(target.parent), version.name, StorageConfig()) == []
+    assert json.loads((target / "index.json").read_text())["num_shards"] == source["num_shards"] > 10
+    assert not (target / "_writer.json").exists()
+
+
+def test_incomplete_versions_with_a_live_writer_are_kept(tmp_path):
+    """The cleanup takes a folder's writer lease before deleting it: a live writer keeps
+    its folder, a killed one's (its lease not rewritten for the TTL) is removed."""
+    import os
+    import time
+
+    from pipelines.lease import version_writer
+    from pipelines.tokenize_stage import remove_stale_versions
+
+    tokens = tmp_path / "tokens"
+    for name in ("v1-live", "v2-killed"):
+        (tokens / name).mkdir(parents=True)
+        (tokens / name / "shard-00000-of-00002.tfs").write_bytes(b"half")
+    live = version_writer(str(tokens / "v1-live"), command="pipelines.tiers promote").acquire()
+    killed = version_writer(str(tokens / "v2-killed"), heartbeat=False).acquire()
+    then = time.time() - 121
+    os.utime(tokens / "v2-killed" / "_writer.json", (then, then))
+    try:
+        assert remove_stale_versions(str(tokens), time.time(), max_age_s=0) == ["v2-killed"]
+        assert folders(tmp_path) == ["v1-live"]
+    finally:
+        live.release()
+    assert remove_stale_versions(str(tokens), time.time(), max_age_s=0) == ["v1-live"]
+    killed.release()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from storage.redact import MASK, has_userinfo, redact_url
+from storage.redact import MASK, has_userinfo, redact_command, redact_text, redact_url
 
 
 @pytest.mark.parametrize("text,expected", [
@@ -45,3 +45,25 @@ def test_text_without_credentials_is_unchanged(text):
 def test_long_text_is_linear():
     text = ("s3://K:S@b/" + "x" * 1000 + " ") * 2000
     assert redact_url(text).count(MASK) == 2000 and "K:S" not in redact_url(text)
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("Unparseable argument: --hf_token=abc123", f"Unparseable argument: --hf_token={MASK}"),
+    ("['--s3_secret_access_key=wJal/r+X', '--runner=FnApiRunner']",
+     f"['--s3_secret_access_key={MASK}', '--runner=FnApiRunner']"),
+    ("run --api-key=k1 --password=p --session_token=t --s3_access_key_id=AKIA --output=/x",
+     f"run --api-key={MASK} --password={MASK} --session_token={MASK} --s3_access_key_id={MASK} --output=/x"),
+    ("--output=s3://K:S@b/x --stages=a,b", f"--output=s3://{MASK}@b/x --stages=a,b"),
+    ("monkey=banana keys=3 -k=v", "monkey=banana keys=3 -k=v"),  # not options, or names without a secret word
+])
+def test_secret_option_values_are_masked(text, expected):
+    assert redact_text(text) == expected
+    assert redact_text(expected) == expected
+
+
+def test_a_command_line_is_masked_in_both_option_forms():
+    argv = ["/repo/pipelines/run.py", "--config", "job.yaml", "--s3_secret_access_key", "wJal/r+X",
+            "--token=t0k", "--output", "s3://K:S@bucket/out", "--sdk-workers", "pool", "--password", "--force"]
+    assert redact_command(argv) == (f"/repo/pipelines/run.py --config job.yaml --s3_secret_access_key {MASK} "
+                                    f"--token={MASK} --output s3://{MASK}@bucket/out --sdk-workers pool "
+                                    "--password --force")

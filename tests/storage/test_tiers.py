@@ -266,3 +266,29 @@ def test_stale_incomplete_versions_are_removed_after_the_safety_age(tmp_path):
     assert remove_stale_incomplete(str(root), storage, min_age_s=3600, keep=["v3"], now=now + 3600) == ["v2"]
     assert remove_stale_incomplete(str(root), storage, min_age_s=3600, now=now) == []  # v3: written just now
     assert sorted(p.name for p in root.iterdir()) == ["v1", "v3"]
+
+
+def test_tier_writes_are_refused_while_a_run_holds_the_output(tmp_path, capsys):
+    """A run's tokenize stage removes the version folders without index.json it finds:
+    promote, demote and gc into its tiers take the output's lease (exit 2, nothing
+    written, the owner named) and go ahead once it is given back."""
+    from tests.leaseworker import held_lease
+
+    make_version(tmp_path / "cold", "v1", shards=3)
+    make_version(tmp_path / "out" / "tokens", "v0", shards=1)
+    config = tmp_path / "job.yaml"
+    config.write_text(f"output: {tmp_path / 'out'}\ninputs: []\ncrawl:\n  seeds: [http://x]\n"
+                      f"storage:\n  cold: {tmp_path / 'cold'}\n  keep_warm_versions: 1\n")
+    with held_lease(tmp_path / "out" / "_lease.json", "pipelines.run --config job.yaml") as owner:
+        for command in (["promote", "--version", "v1"], ["demote", "--version", "v0"], ["gc"]):
+            assert main([command[0], "--config", str(config), *command[1:]]) == 2
+            err = capsys.readouterr().err
+            assert f"{command[0]} refused: the output is in use by run {owner[:8]}" in err
+            assert "'pipelines.run --config job.yaml'" in err and "--break-lease" in err
+        assert sorted(os.listdir(tmp_path / "out" / "tokens")) == ["v0"]
+        assert sorted(os.listdir(tmp_path / "cold")) == ["v1"]
+    assert main(["promote", "--config", str(config), "--version", "v1"]) == 0
+    assert verify_version(str(tmp_path / "out" / "tokens"), "v1", StorageConfig()) == []
+    assert sorted(os.listdir(tmp_path / "out" / "tokens" / "v1")) == [
+        "documents", "index.json", *(f"shard-{i:05d}-of-00003.tfs" for i in range(3))]  # no _writer.json left
+    assert not (tmp_path / "out" / "_lease.json").exists()
