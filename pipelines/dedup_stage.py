@@ -48,6 +48,17 @@ class _EdgeStatsFn(beam.DoFn):
         yield edge
 
 
+def earlier_run_key(item: tuple[str, dict[str, Any]]) -> tuple[bytes, str]:
+    """(band key, node) of an index row read from ``<index>/<part>/part-*.parquet``: the
+    node marked as an earlier run's (``0`` first: it sorts before, so it is kept) with its
+    part before its id, so documents of two earlier runs never merge into one node
+    whatever their ids (``part:id`` names the kept document in a rejection)."""
+    path, row = item
+    part = path.replace("\\", "/").rsplit("/", 2)[-2]
+    head, doc_id = row["node"][1:].split("|", 1)
+    return row["band_key"], f"0{head}|{part}:{doc_id}"
+
+
 def _read_edges(pipeline: beam.Pipeline, directory: str) -> beam.PCollection:
     pattern = FileSystems.join(directory, "*.parquet")
     return (pipeline | "ReadEdges" >> beam.io.ReadFromParquet(pattern, validate=False)
@@ -105,8 +116,8 @@ class NearDedupDriver:
         index_files = self.index_files()
         if index_files:
             old = (pipeline | "IndexFiles" >> beam.Create(index_files)
-                   | "ReadIndex" >> beam.io.ReadAllFromParquet()
-                   | "OldKeys" >> beam.Map(lambda r: (r["band_key"], "0" + r["node"][1:])))
+                   | "ReadIndex" >> beam.io.ReadAllFromParquet(with_filename=True)
+                   | "OldKeys" >> beam.Map(earlier_run_key))
             keyed = (keyed, old) | "WithIndex" >> beam.Flatten()
         (keyed | "Edges" >> BucketEdges(config.minhash.salts)
          | "Stats" >> beam.ParDo(_EdgeStatsFn("dedup_edges"))

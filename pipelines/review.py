@@ -55,7 +55,7 @@ from apache_beam.io.filesystems import FileSystems
 from pipelines.review_import import (  # noqa: F401  (the import functions' public home)
     RAW_LIMIT, bounded_row, count_by_reason, merge_reviews, parse_jsonl, parse_label_studio, raw_excerpt, utc_now)
 from storage.redact import redact_url
-from transforms.doc import Doc
+from transforms.doc import ID_SCHEME, Doc
 from transforms.label.label import QUEUE_TEXT_LIMIT, LabelConfig, Review, uncertainty
 
 _LOGGER = logging.getLogger(__name__)
@@ -86,7 +86,8 @@ def review_task(doc: Doc, config: LabelConfig) -> dict[str, Any]:
     suggestions = {lab.name: {"value": lab.value, "score": lab.score, "version": lab.version}
                    for lab in doc.labels if lab.name in names and lab.origin == "model"}
     return {
-        "task_id": doc.id, "doc_id": doc.id, "url": doc.url, "title": doc.title,
+        "task_id": doc.id, "doc_id": doc.id, "source_id": doc.source_id, "id_scheme": ID_SCHEME,
+        "url": doc.url, "title": doc.title,
         "text": doc.text[:TEXT_LIMIT], "text_truncated": len(doc.text) > TEXT_LIMIT,
         "suggestions": suggestions,
         "taxonomy": {s.name: list(s.values) for s in config.sets},
@@ -102,7 +103,7 @@ def label_studio_task(task: dict[str, Any]) -> dict[str, Any]:
     scores = [s["score"] for s in task["suggestions"].values()]
     return {
         "data": {"text": task["text"], "task_id": task["task_id"], "doc_id": task["doc_id"],
-                 "url": task["url"], "title": task["title"]},
+                 "source_id": task.get("source_id", ""), "url": task["url"], "title": task["title"]},
         "predictions": [{"model_version": ",".join(versions), "score": min(scores) if scores else 0.0,
                          "result": result}],
     }
@@ -175,7 +176,10 @@ def accepted_reviews(config: Any) -> list[dict[str, str]]:
 
 def doc_texts(config: Any, ids: Iterable[str]) -> dict[str, str]:
     """Texts of the documents ``ids`` from the label stage's output (else the last
-    document stage before it)."""
+    document stage before it). An id is a document id, else the input's own id
+    (``source_id``, as seed files and reviews stored before ids were unique name
+    documents) of exactly one text: an own id that two inputs share with different
+    texts is ambiguous and left out (logged)."""
     from pipelines.corpus import finished_doc_stages, iter_docs, stage_doc_files
 
     wanted = set(ids)
@@ -183,12 +187,24 @@ def doc_texts(config: Any, ids: Iterable[str]) -> dict[str, str]:
     if not stages:
         raise FileNotFoundError(f"no document stage has run under {config.output}")
     found: dict[str, str] = {}
+    by_own: dict[str, Optional[str]] = {}  # own id → its text, None when ambiguous
     for stage in stages:  # the latest text of each document (clean redacts PII)
+        seen_own: dict[str, Optional[str]] = {}
         for doc in iter_docs(stage_doc_files(config, stage)):
             if doc.id in wanted and doc.id not in found:
                 found[doc.id] = doc.text
+            if doc.source_id and doc.source_id in wanted and doc.source_id not in by_own:
+                before = seen_own.setdefault(doc.source_id, doc.text)
+                if before is not None and before != doc.text:
+                    seen_own[doc.source_id] = None
+        by_own.update(seen_own)
         if len(found) == len(wanted):
             break
+    ambiguous = sorted(i for i, text in by_own.items() if text is None and i not in found)
+    if ambiguous:
+        _LOGGER.warning("%d ids name documents of more than one input (%s): left out; use the "
+                        "document ids of docs/ (its id column)", len(ambiguous), ", ".join(ambiguous[:5]))
+    found.update({i: text for i, text in by_own.items() if text is not None and i not in found})
     return found
 
 

@@ -247,8 +247,15 @@ def merge_reviews(candidates: Sequence[dict[str, Any]], tasks: dict[str, dict[st
                                set=first["set"], value=first["value"], reviewer=first["reviewer"],
                                reviewed_at=first["reviewed_at"] or utc_now(),
                                model_version=suggestion.get("version", ""),
-                               model_value=suggestion.get("value", "")))
+                               model_value=suggestion.get("value", ""),
+                               id_scheme=_id_scheme(task)))
     return accepted, aside
+
+
+def _id_scheme(task: dict[str, Any]) -> int:
+    """The id scheme of a queued task: 1 for a queue written before tasks recorded it."""
+    scheme = task.get("id_scheme", 1)
+    return scheme if isinstance(scheme, int) and not isinstance(scheme, bool) else 1
 
 
 def count_by_reason(aside: Sequence[dict[str, Any]]) -> dict[str, int]:

@@ -204,7 +204,7 @@ function show() {
   $("main").hidden = false; $("done").hidden = true;
   const t = task();
   $("where").textContent = "task " + (cur + 1) + " of " + S.tasks.length;
-  $("meta").textContent = (t.title ? t.title + " — " : "") + (t.url || t.doc_id);
+  $("meta").textContent = (t.title ? t.title + " — " : "") + (t.url || t.source_id || t.doc_id);
   $("doc").textContent = t.text + (t.text_truncated ? "\\n[… cut]" : "");
   const box = $("sets"); box.replaceChildren();
   setNames().forEach((name, si) => {

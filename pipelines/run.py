@@ -94,7 +94,7 @@ def format_table(reports: Sequence[StageReport]) -> str:
             lines.append(f"{'':<10}   failed:   {errors}")
         noted = ", ".join(f"{k}={v}" for k, v in r.counters
                           if v and k.startswith(("pii_", "skipped_", "extracted_", "truncated_", "label_", "review_",
-                                                "missing_", "repeat_")))
+                                                "missing_", "repeat_", "duplicate_id")))
         if noted:
             lines.append(f"{'':<10}   noted:    {noted}")
     return "\n".join(lines)

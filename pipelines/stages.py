@@ -117,10 +117,18 @@ def plan_crawl(config: JobConfig, upstream: str) -> StagePlan:
 
 
 def _extract_inputs(config: JobConfig) -> list[tuple[str, FileRef]]:
-    """(format, file) of every configured input and of the crawl's WARC files."""
+    """(format, file) of every configured input and of the crawl's WARC files, each file
+    once (the first pattern that matches it decides its format)."""
     files: list[tuple[str, FileRef]] = []
+    seen: set[str] = set()
     for spec in config.inputs:
-        files.extend((spec.format, ref) for ref in match_pattern(spec.path))
+        for ref in match_pattern(spec.path):
+            if ref.url in seen:  # read twice, its documents would be doubled (same ids)
+                _LOGGER.warning("%s is matched by more than one input pattern; read once, as %s",
+                                ref.url, next(f for f, r in files if r.url == ref.url))
+                continue
+            seen.add(ref.url)
+            files.append((spec.format, ref))
     if config.crawl is not None:
         crawl_manifest = read_manifest(config.output, "crawl")
         if crawl_manifest is None and "crawl" in config.active_stages():

@@ -140,6 +140,9 @@ class Doc:
     repeats: int = 1  # tokenize writes the document this many times (the augment stage's upsampling)
     repeat_rules: Sequence[str] = ()  # the upsampling rules that set ``repeats``
     provenance: Optional[Provenance] = None  # set on synthetic documents (``source`` "synthetic")
+    # The input's own id of the record (a JSONL/Parquet id field, the WARC-Record-ID), kept
+    # as given; "" when the input has none. ``id`` is the job's id (``document_id``).
+    source_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -147,7 +150,9 @@ class RawRecord:
     """An input record before extraction: HTML bytes (``payload``) or plain ``text``.
 
     ``kind`` is "html" when ``payload`` holds an HTTP body to extract, "text" when the
-    input already is text (WET conversion records, JSONL, Parquet).
+    input already is text (WET conversion records, JSONL, Parquet). ``record_id`` is the
+    input's own id of the record ("" when it has none); ``doc_id`` the document id a reader
+    chose for a record without one ("": extraction derives it, see ``document_id``).
     """
 
     kind: str
@@ -164,6 +169,7 @@ class RawRecord:
     lang_hint: str = ""
     title: str = ""
     truncated: bool = False  # payload cut at the configured size limit
+    doc_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -236,6 +242,7 @@ DOC_FIELDS: list[pa.Field] = [
     pa.field("repeats", pa.int64()),
     pa.field("repeat_rules", pa.list_(pa.string())),
     pa.field("provenance", PROVENANCE_TYPE),
+    pa.field("source_id", pa.string()),
 ]
 DOC_SCHEMA = pa.schema(DOC_FIELDS)
 REJECTED_SCHEMA = pa.schema(
@@ -281,12 +288,14 @@ def doc_to_row(doc: Doc) -> dict[str, Any]:
         "repeats": doc.repeats,
         "repeat_rules": list(doc.repeat_rules),
         "provenance": dict(vars(doc.provenance)) if doc.provenance is not None else None,
+        "source_id": doc.source_id,
     }
 
 
 def doc_from_row(row: dict[str, Any]) -> Doc:
     """The ``Doc`` of a Parquet row written by ``doc_to_row`` (extra columns ignored;
-    columns added later, such as ``lang2``, ``anomaly_scores`` and ``repeats``, may be missing)."""
+    columns added later, such as ``lang2``, ``anomaly_scores``, ``repeats`` and
+    ``source_id``, may be missing)."""
     signals = row.get("signals")
     scores = row.get("anomaly_scores")
     provenance = row.get("provenance")
@@ -315,6 +324,7 @@ def doc_from_row(row: dict[str, Any]) -> Doc:
         repeats=1 if repeats is None else int(repeats),
         repeat_rules=tuple(row.get("repeat_rules") or ()),
         provenance=Provenance(**provenance) if provenance else None,
+        source_id=row.get("source_id") or "",
     )
 
 
@@ -336,3 +346,22 @@ def stable_id(*parts: object) -> str:
         digest.update(str(part).encode("utf-8", "surrogatepass"))
         digest.update(b"\x00")
     return digest.hexdigest()
+
+
+# How documents are identified (recorded with review tasks and reviews): 1, before ids were
+# unique by construction, a record's own id was the document id; 2, ``document_id``.
+ID_SCHEME = 2
+
+
+def document_id(source: str, offset: int, source_id: str) -> str:
+    """The id of the document read at ``offset`` of input ``source`` whose own id is
+    ``source_id``: ``"<source_id>@<16 hex digits of sha1(source, offset)>"``.
+
+    Unique in a job by construction: two inputs may both hold ids "0" to "99", or one
+    input an id twice, and their documents still differ (a file is read once, and no two
+    of its records start at one offset; 64 bits of hash keep equal own ids apart). The
+    own id comes first, so the natural order of ids (dedup's ``smallest_id``) is still
+    the order of the input's ids, and it stays readable; the input's id is also kept as
+    it is in ``Doc.source_id``. Records without an id of their own keep the ids their
+    readers gave them (``stable_id`` of the file and position), unique already."""
+    return f"{source_id}@{stable_id(source, offset)[:16]}"

@@ -56,6 +56,18 @@ def test_merge_reviews_validates_and_sets_aside():
     assert len(accepted) + len(aside) == len(candidates)  # nothing dropped silently
 
 
+def test_reviews_record_the_id_scheme_of_their_queue():
+    """A queue written since ids became unique records ``id_scheme`` 2 in its tasks; a
+    queue written before has none, and its reviews are stored as scheme 1 (the label
+    stage then finds their documents by the input's own id)."""
+    tasks = {"new": {"task_id": "new", "doc_id": "5@0123456789abcdef", "id_scheme": 2, "suggestions": {}},
+             "old": {"task_id": "old", "doc_id": "5", "suggestions": {}},
+             "odd": {"task_id": "odd", "doc_id": "6", "id_scheme": "2", "suggestions": {}}}
+    accepted, aside = merge_reviews([cand("new", "en"), cand("old", "de"), cand("odd", "fr")], tasks, CFG, [])
+    assert not aside
+    assert [(r.doc_id, r.id_scheme) for r in accepted] == [("5@0123456789abcdef", 2), ("5", 1), ("6", 1)]
+
+
 def test_parse_label_studio_export_shapes():
     export = [
         {"id": 1, "data": {"task_id": "t1"}, "annotations": [

@@ -252,6 +252,19 @@ def test_exact_dedup_transform(beam_options):
                     equal_to([("duplicate_text", 1001), ("duplicate_url", 1)]), label="rejected")
 
 
+def test_documents_without_a_url_are_never_url_duplicates_whatever_their_ids(beam_options):
+    """Issue 36: URL-less documents were keyed by their id for the URL step, so distinct
+    documents that shared an id were rejected as ``duplicate_url``."""
+    docs = [Doc(id="0", url="", text=f"text {w}", source=s, fetched_at="")
+            for s, w in (("a", "alpha"), ("b", "beta"), ("c", "gamma"))]
+    docs.append(Doc(id="0", url="not a url", text="delta", source="d", fetched_at=""))
+    with TestPipeline(options=beam_options) as p:
+        out = p | beam.Create(docs) | ExactDedup(DedupConfig(exact_text=False))
+        assert_that(out.kept | beam.Map(lambda d: d.text),
+                    equal_to(["text alpha", "text beta", "text gamma", "delta"]), label="kept")
+        assert_that(out.rejected, equal_to([]), label="rejected")
+
+
 def test_exact_dedup_with_one_rule_off_applies_the_other(beam_options):
     """URL rule off: text duplicates still go (and the reverse); nothing fails; the
     counters are the stage's (``dedup_exact`` by default)."""
@@ -320,11 +333,16 @@ def jsonl_job(tmp_path, docs: list[tuple[str, str]], extra: str = "", name: str 
     return str(config)
 
 
+def own(doc_id: str) -> str:
+    """The input's own id of a document id ``<own id>@<hash of file and offset>``."""
+    return doc_id.rsplit("@", 1)[0]
+
+
 def rejected_pairs(out) -> set[tuple[str, str]]:
     pairs = set()
     for path in out.glob("rejected/dedup_minhash/*.parquet"):
         for row in pq.read_table(path).to_pylist():
-            pairs.add(tuple(sorted((row["id"], row["dup_cluster"]))))
+            pairs.add(tuple(sorted((own(row["id"]), own(row["dup_cluster"])))))
     return pairs
 
 
@@ -338,7 +356,7 @@ def test_mccormick_planted_pairs_exactly(tmp_path, size):
     assert main(["--config", config, "--log-level", "WARNING"], out=io.StringIO()) == 0
     assert rejected_pairs(tmp_path / "job") == truth
     # smallest_id keeps the numerically smaller id of each pair: t980 over t2023 (issue 18, 5)
-    kept_over = {(row["dup_cluster"], row["id"])
+    kept_over = {(own(row["dup_cluster"]), own(row["id"]))
                  for path in (tmp_path / "job").glob("rejected/dedup_minhash/*.parquet")
                  for row in pq.read_table(path).to_pylist()}
     assert kept_over == {tuple(sorted(pair, key=lambda i: int(i[1:]))) for pair in truth}
@@ -372,7 +390,8 @@ def test_incremental_dedup_against_earlier_runs(tmp_path):
     assert main(["--config", run2, "--log-level", "WARNING"], out=io.StringIO()) == 0
     rows = [r for p in (tmp_path / "run2").glob("rejected/dedup_minhash/*.parquet")
             for r in pq.read_table(p).to_pylist()]
-    assert [(r["id"], r["dup_cluster"]) for r in rows] == [("b0", "a1")]
+    assert [(own(r["id"]), r["dup_cluster"].split(":", 1)[0].startswith("run-"),
+             own(r["dup_cluster"].split(":", 1)[1])) for r in rows] == [("b0", True, "a1")]
     assert "earlier run" in rows[0]["reason_detail"]
     assert len(list(index.glob("run-*/*.parquet"))) == 2
 
@@ -382,9 +401,9 @@ def test_incremental_dedup_against_earlier_runs(tmp_path):
     assert "resumed" in out.getvalue().split("dedup_minhash")[1].splitlines()[0]
     for config in (run2, str(tmp_path / "run1.yaml")):
         assert main(["--config", config, "--force", "--log-level", "WARNING"], out=io.StringIO()) == 0
-    kept1 = {r["id"] for p in (tmp_path / "run1").glob("docs/dedup_minhash/*.parquet") for r in pq.read_table(p).to_pylist()}
+    kept1 = {own(r["id"]) for p in (tmp_path / "run1").glob("docs/dedup_minhash/*.parquet") for r in pq.read_table(p).to_pylist()}
     rows = [r for p in (tmp_path / "run2").glob("rejected/dedup_minhash/*.parquet") for r in pq.read_table(p).to_pylist()]
-    assert kept1 == {"a0", "a1", "a2", "a3"} and [r["id"] for r in rows] == ["b0"]
+    assert kept1 == {"a0", "a1", "a2", "a3"} and [own(r["id"]) for r in rows] == ["b0"]
     assert len({p.parent for p in index.glob("run-*/*.parquet")}) == 2  # one part per job output
 
 

@@ -11,8 +11,8 @@ from apache_beam.testing.util import assert_that, equal_to
 from models.labeller import Labeller
 from transforms.doc import Doc, Label
 from transforms.label.label import (LabelConfig, LabelDocs, LabelSetConfig, Review, apply_reviews,
-                                    label_batch, pick_for_review, predicted_class, review_priority,
-                                    uncertainty)
+                                    label_batch, pick_for_review, predicted_class, review_key, review_priority,
+                                    reviews_of, uncertainty)
 from tests.labelmodels import LANGS, label_data, sentences  # noqa: F401  (fixture)
 
 
@@ -57,6 +57,28 @@ def test_human_review_overrides_model_with_provenance():
     out = apply_reviews(model, [review])
     assert out[0] == Label("language", "en", 1.0, "human", "v1", "ann", "2026-11-29T10:00:00Z")
     assert out[1] == model[1]
+
+
+def test_reviews_find_their_documents_under_both_id_schemes():
+    """Issue 36: document ids became unique (``own id@hash``); reviews stored before then
+    (id_scheme 1) name the input's own id, which is now ``source_id``."""
+    a = Doc(id="7@aaa", url="", text="x", source="a.jsonl", fetched_at="", source_id="7")
+    b = Doc(id="7@bbb", url="", text="y", source="b.jsonl", fetched_at="", source_id="7")
+    bare = Doc(id="h123", url="", text="z", source="c.jsonl", fetched_at="")  # no own id: id unchanged
+    old = Review("7", "7", "language", "fr", "ann", "t")  # id_scheme 1 (a file written before)
+    old_bare = Review("h123", "h123", "language", "de", "ann", "t")
+    new = Review("7@aaa", "7@aaa", "language", "en", "bob", "t2", id_scheme=2)
+    stray = Review("7", "7", "language", "en", "bob", "t2", id_scheme=2)  # names no document id
+    reviews: dict = {}
+    for r in (old, old_bare, new, stray):
+        reviews.setdefault(review_key(r), []).append(r)
+    assert reviews_of(a, reviews) == (old, new)  # the newer scheme last: it wins in apply_reviews
+    assert reviews_of(b, reviews) == (old,)
+    assert reviews_of(bare, reviews) == (old_bare,)
+    model = [Label("language", "de", 0.4, "model", "v1")]
+    assert apply_reviews(model, reviews_of(a, reviews))[0].value == "en"
+    assert apply_reviews(model, reviews_of(b, reviews))[0].value == "fr"
+    assert review_key(stray) == "7" and review_key(old).endswith("7") and review_key(old) != "7"
 
 
 def test_uncertainty_and_priority():

@@ -2,7 +2,8 @@
 
 Exact: documents are grouped by normalised URL, then by the sha1 of their normalised text;
 one per group is kept (the first by the ranking rule), the others are rejected as
-``duplicate_url`` / ``duplicate_text`` with the id they duplicate.
+``duplicate_url`` / ``duplicate_text`` with the id they duplicate. A document without a
+URL is never a URL duplicate (its text may still be a duplicate).
 
 Near: signatures (``MinHasher``, batched) → one key per LSH band → buckets. A bucket is
 grouped under ``salts`` sub-keys first (each links its members to its smallest node),
@@ -136,14 +137,23 @@ class _KeepFirstFn(beam.DoFn):
         self._reason = reason
 
     def process(self, group: tuple[str, Iterable[Doc]]) -> Iterator[Any]:
+        if group[0].startswith(NO_URL_KEY):
+            yield from group[1]  # documents without a URL are never URL duplicates
+            return
         docs = sorted(group[1], key=self._config.node)
         yield docs[0]
         for doc in docs[1:]:
             yield beam.pvalue.TaggedOutput(REJECTED, Rejected(doc, self._reason.value, f"duplicate of {docs[0].id}"))
 
 
+NO_URL_KEY = "\x00no-url:"
+
+
 def _url_key(doc: Doc) -> str:
-    return (normalize_url(doc.url) if doc.url else None) or f"\x00no-url:{doc.id}"
+    """The normalised URL; a document without one (or with one that does not normalise)
+    gets ``NO_URL_KEY`` and its id, a group of its own spread like any other key, whose
+    members ``_KeepFirstFn`` keeps all: it is never a URL duplicate of anything."""
+    return (normalize_url(doc.url) if doc.url else None) or f"{NO_URL_KEY}{doc.id}"
 
 
 class ExactDedup(beam.PTransform):

@@ -21,7 +21,7 @@ from typing import Callable, Iterator, Optional, Union
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from transforms.doc import Doc, RawRecord, stable_id
+from transforms.doc import Doc, RawRecord, document_id, stable_id
 from transforms.extract.html import (
     MAX_HTML_DEPTH,
     Extracted,
@@ -82,9 +82,20 @@ class ExtractConfig:
             raise ValueError(f"max_error_ratio must be in (0, 1], got {self.max_error_ratio}")
 
 
+def record_doc_id(record: RawRecord) -> str:
+    """The document id of ``record``: its reader's choice, else ``document_id`` of its own
+    id (a WARC-Record-ID), else a hash of its file, offset and URL."""
+    if record.doc_id:
+        return record.doc_id
+    if record.record_id:
+        return document_id(record.source, record.offset, record.record_id)
+    return stable_id(record.source, record.offset, record.url)
+
+
 def _doc_shell(record: RawRecord) -> Doc:
     return Doc(
-        id=record.record_id or stable_id(record.source, record.offset, record.url),
+        id=record_doc_id(record),
+        source_id=record.record_id,
         url=record.url,
         text="",
         source=record.source,

@@ -34,7 +34,7 @@ from typing import Any, Iterator, Mapping, Optional, Sequence
 import apache_beam as beam
 from apache_beam.utils import shared
 
-from transforms.doc import Doc, Label
+from transforms.doc import ID_SCHEME, Doc, Label
 from transforms.routing import FAILED, CountFn, StageCounters, StageOutputs, make_failure
 
 SAMPLING = ("uncertainty", "balanced", "hybrid", "random")
@@ -101,6 +101,32 @@ class Review:
     reviewed_at: str
     model_version: str = ""
     model_value: str = ""
+    # how ``doc_id`` identifies the document (``transforms.doc.ID_SCHEME``); reviews
+    # stored before the field existed are 1: their ``doc_id`` is the input's own id
+    id_scheme: int = 1
+
+
+LEGACY_REVIEW_KEY = "\x00legacy:"
+
+
+def review_key(review: Review) -> str:
+    """The key a review is looked up by: the document id, or for a review of the old
+    id scheme the input's own id behind ``LEGACY_REVIEW_KEY`` (``doc_review_keys``)."""
+    return review.doc_id if review.id_scheme >= ID_SCHEME else LEGACY_REVIEW_KEY + review.doc_id
+
+
+def doc_review_keys(doc: Doc) -> tuple[str, str]:
+    """(old-scheme key, key) of the reviews of ``doc``. Under the old scheme a document
+    with an id of its own had that id (now ``source_id``), one without had the id it has
+    now. An old review of an id that two inputs shared applies to both documents (the
+    old id could not tell them apart): ``review_legacy_matched`` counts its matches."""
+    return LEGACY_REVIEW_KEY + (doc.source_id or doc.id), doc.id
+
+
+def reviews_of(doc: Doc, reviews: Mapping[str, Sequence[Review]]) -> tuple[Review, ...]:
+    """The reviews of ``doc``, old-scheme ones first (a newer review of a set wins)."""
+    legacy, key = doc_review_keys(doc)
+    return tuple(reviews.get(legacy, ())) + tuple(reviews.get(key, ()))
 
 
 # ---------------------------------------------------------------- pure functions
@@ -221,7 +247,7 @@ def label_batch(docs: Sequence[Doc], config: LabelConfig, labellers: Mapping[str
     names = {s.name for s in config.sets}
     out = []
     for row, doc in enumerate(docs):
-        labels = apply_reviews(model_labels(config, probas, versions, values, row), reviews.get(doc.id, ()))
+        labels = apply_reviews(model_labels(config, probas, versions, values, row), reviews_of(doc, reviews))
         kept = tuple(lab for lab in doc.labels if lab.name not in names)
         out.append(dataclasses.replace(doc, labels=kept + tuple(labels)))
     return out
@@ -249,7 +275,9 @@ class _LabelBatchFn(beam.DoFn):
         self._labellers = self._shared.acquire(lambda: _Labellers(self._config), tag=key).models
         self._counters = StageCounters(self._stage)
 
-    def _count(self, doc: Doc) -> None:
+    def _count(self, doc: Doc, reviews: Mapping[str, Sequence[Review]]) -> None:
+        if doc_review_keys(doc)[0] in reviews:
+            self._counters.inc("review_legacy_matched")
         for lab in doc.labels:
             self._counters.inc(f"label_{lab.origin}")
         if uncertainty(doc, self._config) is not None:
@@ -267,7 +295,7 @@ class _LabelBatchFn(beam.DoFn):
                     yield beam.pvalue.TaggedOutput(FAILED, make_failure(
                         self._stage, exc, doc.source, -1, doc.text.encode("utf-8", "replace")))
         for doc in labelled:
-            self._count(doc)
+            self._count(doc, reviews)
             yield doc
 
 
@@ -299,7 +327,7 @@ class LabelDocs(beam.PTransform):
                          | "ParseReviews" >> beam.Map(review_from_json))
         return beam.pvalue.AsDict(
             tuple(parts) | "AllReviews" >> beam.Flatten()
-            | "ByDoc" >> beam.Map(lambda r: (r.doc_id, r)) | "GroupReviews" >> beam.GroupByKey()
+            | "ByDoc" >> beam.Map(lambda r: (review_key(r), r)) | "GroupReviews" >> beam.GroupByKey()
             | "AsTuples" >> beam.MapTuple(lambda doc_id, rs: (doc_id, tuple(rs))))
 
     def expand(self, docs: beam.PCollection[Doc]) -> tuple[StageOutputs, beam.PCollection[list[Doc]]]:

@@ -25,7 +25,7 @@ import fsspec
 import pyarrow.parquet as pq
 
 from transforms import progress
-from transforms.doc import Failure, RawRecord, stable_id
+from transforms.doc import Failure, RawRecord, document_id, stable_id
 from transforms.readers.files import FileRef, open_decompressed, storage_options_for
 from transforms.routing import FAILED, StageCounters, make_failure, route_read
 
@@ -98,7 +98,9 @@ def record_from_mapping(
     id_position: Optional[str] = None, on_missing: Optional[OnMissing] = None,
 ) -> RawRecord:
     """A ``RawRecord`` from one JSON object / Parquet row; ``ValueError`` if unusable.
-    Without an id field the id is ``stable_id(source, id_position or position)``.
+    Its document id is ``document_id(source, offset, <its id>)``: unique although two
+    inputs (or one) hold the same ids; without an id field it is
+    ``stable_id(source, id_position or position)``.
     ``on_missing`` gets the role of each ``fields.expected()`` field the record lacks."""
     if not isinstance(obj, dict):
         raise ValueError(f"{source} {position}: expected a JSON object, got {type(obj).__name__}")
@@ -114,13 +116,15 @@ def record_from_mapping(
         for role in fields.expected():
             if values[role] is None:
                 on_missing(role)
-    record_id = _as_str(values["id"]) or stable_id(source, id_position or position)
+    own_id = _as_str(values["id"])
     return RawRecord(
         kind="text",
         url=_as_str(values["url"]),
         source=source,
         offset=offset,
-        record_id=record_id,
+        record_id=own_id,
+        doc_id=document_id(source, offset, own_id) if own_id
+        else stable_id(source, id_position or position),
         fetched_at=_as_str(values["fetched_at"]),
         text=text,
         content_type="text/plain",

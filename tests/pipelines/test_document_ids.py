@@ -1,0 +1,178 @@
+"""Document identity (issue 36, item 1): two inputs whose ids overlap, or one input with an
+id twice, keep every distinct document; a document without a URL is never a URL
+duplicate; the input's own id is kept as ``source_id`` and repeated ids are counted."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from pipelines.manifest import read_manifest
+from pipelines.run import main
+from transforms.doc import Doc, document_id, stable_id
+from transforms.extract.extract import record_doc_id
+from transforms.readers.tabular import TextFields, iter_jsonl, iter_parquet
+
+
+_WORDS = ("river", "stone", "garden", "window", "lantern", "harbor", "meadow", "copper", "violet",
+          "thunder", "pillow", "orchard", "canyon", "marble", "feather", "glacier")
+
+
+def _texts(prefix: str, n: int) -> list[str]:
+    """Texts that differ in their words (dedup's normalisation ignores digits)."""
+    return [f"{prefix} document about the {_WORDS[i % 16]} and the {_WORDS[i // 16 % 16]} near "
+            f"the {_WORDS[(i * 7) % 16]} says something of its own." for i in range(n)]
+
+
+def _write_inputs(tmp_path: Path, fmt: str) -> list[Path]:
+    """Two inputs holding ids "0" to "99" each, no URL field, every text distinct."""
+    paths = []
+    for name in ("a", "b"):
+        rows = [{"id": str(i), "text": text} for i, text in enumerate(_texts(name, 100))]
+        if fmt == "jsonl":
+            path = tmp_path / f"{name}.jsonl"
+            path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        else:
+            path = tmp_path / f"{name}.parquet"
+            pq.write_table(pa.Table.from_pylist(rows), path)
+        paths.append(path)
+    return paths
+
+
+def _config(tmp_path: Path, fmt: str, pattern: str) -> str:
+    config = tmp_path / "job.yaml"
+    config.write_text(f"""
+output: {tmp_path / 'out'}
+inputs:
+  - {{format: {fmt}, path: "{pattern}"}}
+stages: [extract, dedup_exact]
+dedup: {{}}
+beam_args: ["--runner=FnApiRunner"]
+""")
+    return str(config)
+
+
+def _docs(out: Path, stage: str) -> list[dict]:
+    return [row for path in sorted((out / "docs" / stage).glob("*.parquet"))
+            for row in pq.read_table(path).to_pylist()]
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_overlapping_ids_of_two_inputs_keep_every_distinct_document(tmp_path, fmt):
+    _write_inputs(tmp_path, fmt)
+    table = io.StringIO()
+    assert main(["--config", _config(tmp_path, fmt, str(tmp_path / f"*.{fmt}")), "--log-level", "ERROR",
+                 "--no-report"], out=table) == 0
+    counts = read_manifest(str(tmp_path / "out"), "dedup_exact").counts
+    assert (counts.records_in, counts.out, counts.rejected) == (200, 200, 0)
+    kept = _docs(tmp_path / "out", "dedup_exact")
+    assert len({r["id"] for r in kept}) == 200  # unique by construction
+    assert sorted(r["text"] for r in kept) == sorted(_texts("a", 100) + _texts("b", 100))
+    # the input's own id is kept beside the job's id
+    assert sorted(r["source_id"] for r in kept) == sorted([str(i) for i in range(100)] * 2)
+    assert all(r["id"].startswith(r["source_id"] + "@") for r in kept)
+    # ids are not repeated inside either input: nothing counted
+    assert "duplicate_id" not in table.getvalue()
+
+
+def test_ids_repeated_inside_one_input_are_counted_and_every_document_kept(tmp_path):
+    rows = [{"id": str(i % 40), "text": text} for i, text in enumerate(_texts("c", 100))]
+    (tmp_path / "c.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    table = io.StringIO()
+    assert main(["--config", _config(tmp_path, "jsonl", str(tmp_path / "c.jsonl")), "--log-level", "ERROR",
+                 "--no-report"], out=table) == 0
+    counters = read_manifest(str(tmp_path / "out"), "extract").extra["counters"]
+    assert counters["duplicate_id"] == 60  # 100 records, 40 distinct ids
+    assert counters["duplicate_id_keys"] == 40
+    assert "duplicate_id=60" in table.getvalue()
+    counts = read_manifest(str(tmp_path / "out"), "dedup_exact").counts
+    assert (counts.records_in, counts.out) == (100, 100)
+
+
+def test_the_same_file_matched_by_two_patterns_is_read_once(tmp_path):
+    _write_inputs(tmp_path, "jsonl")
+    config = tmp_path / "job.yaml"
+    config.write_text(f"""
+output: {tmp_path / 'out'}
+inputs:
+  - {{format: jsonl, path: "{tmp_path / '*.jsonl'}"}}
+  - {{format: jsonl, path: "{tmp_path / 'a.jsonl'}"}}
+stages: [extract]
+beam_args: ["--runner=FnApiRunner"]
+""")
+    assert main(["--config", str(config), "--log-level", "ERROR", "--no-report"], out=io.StringIO()) == 0
+    manifest = read_manifest(str(tmp_path / "out"), "extract")
+    assert (manifest.counts.records_in, manifest.counts.out) == (200, 200)
+    assert "duplicate_id" not in manifest.extra["counters"]
+
+
+def test_document_ids_from_the_readers(tmp_path):
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"id": "7", "text": "one"}\n{"id": "7", "text": "two"}\n{"text": "three"}\n')
+    records = list(iter_jsonl(str(data), TextFields(), "extract"))
+    assert [r.record_id for r in records] == ["7", "7", ""]
+    assert [r.doc_id for r in records] == [document_id(str(data), 0, "7"), document_id(str(data), 27, "7"),
+                                           stable_id(str(data), "byte 54")]  # id-less: as before
+    assert records[0].doc_id != records[1].doc_id
+    assert records[0].doc_id == "7@" + stable_id(str(data), 0)[:16]
+    path = tmp_path / "d.parquet"
+    pq.write_table(pa.Table.from_pylist([{"id": "7", "text": "one"}, {"id": "7", "text": "two"}]), path)
+    rows = list(iter_parquet(str(path), TextFields(), "extract"))
+    assert [r.doc_id for r in rows] == [document_id(str(path), 0, "7"), document_id(str(path), 1, "7")]
+
+
+def test_the_id_of_a_warc_record_comes_from_its_file_offset_and_record_id():
+    from transforms.doc import RawRecord
+
+    record = RawRecord(kind="html", url="http://a/", source="s3://b/f.warc.gz", offset=123,
+                       record_id="<urn:uuid:1>")
+    assert record_doc_id(record) == "<urn:uuid:1>@" + stable_id("s3://b/f.warc.gz", 123)[:16]
+    moved = RawRecord(kind="html", url="http://a/", source="s3://b/f.warc.gz", offset=124,
+                      record_id="<urn:uuid:1>")
+    assert record_doc_id(moved) != record_doc_id(record)
+    bare = RawRecord(kind="html", url="http://a/", source="s3://b/f.warc.gz", offset=123)
+    assert record_doc_id(bare) == stable_id("s3://b/f.warc.gz", 123, "http://a/")
+    chosen = RawRecord(kind="text", url="", source="x", offset=1, record_id="9", doc_id="given")
+    assert record_doc_id(chosen) == "given"
+
+
+def test_old_outputs_without_source_id_are_read():
+    from transforms.doc import doc_from_row, doc_to_row
+
+    row = doc_to_row(Doc(id="x", url="", text="t", source="s", fetched_at=""))
+    del row["source_id"]
+    assert doc_from_row(row).source_id == ""
+
+
+def test_seed_files_and_old_reviews_find_documents_by_a_unique_own_id(tmp_path, caplog):
+    """``doc_texts`` (the labeller's seed rows and reviews name documents by id) matches
+    the job's document id, else an own id that one document has; an own id two inputs
+    share is ambiguous and left out, with a warning naming it."""
+    from pipelines.config import load_config
+    from pipelines.review import doc_texts
+
+    _write_inputs(tmp_path, "jsonl")
+    (tmp_path / "c.jsonl").write_text(json.dumps({"id": "only-c", "text": "the one text of c"}) + "\n")
+    config = _config(tmp_path, "jsonl", str(tmp_path / "*.jsonl"))
+    assert main(["--config", config, "--stages", "extract", "--log-level", "ERROR", "--no-report"],
+                out=io.StringIO()) == 0
+    kept = _docs(tmp_path / "out", "extract")
+    some = next(r for r in kept if r["source_id"] == "5")
+    found = doc_texts(load_config(config), ["only-c", "5", some["id"]])
+    assert found == {"only-c": "the one text of c", some["id"]: some["text"]}
+    assert "5" in caplog.text and "more than one input" in caplog.text
+
+
+def test_earlier_runs_documents_never_merge_into_one_node():
+    from pipelines.dedup_stage import earlier_run_key
+
+    row = {"band_key": b"k", "node": "1x |7"}
+    one = earlier_run_key(("/idx/run-1/part-0.parquet", row))
+    two = earlier_run_key(("s3://b/idx/run-2/part-3.parquet", row))
+    assert one == (b"k", "0x |run-1:7") and two == (b"k", "0x |run-2:7")
+    assert earlier_run_key(("C:\\idx\\run-3\\part-0.parquet", row))[1] == "0x |run-3:7"
