@@ -126,7 +126,10 @@ def test_every_generation_is_kept_rejected_or_failed_with_provenance(tmp_path, s
     out = tmp_path / "out"
     docs = pq.read_table(out / "docs" / "augment").to_pylist()
     synthetic = [d for d in docs if d["source"] == "synthetic"]
-    assert sorted((d["provenance"]["parent_id"], d["provenance"]["template"]) for d in synthetic) == [
+    def own(doc_id: str) -> str:  # the corpus's own id of a document id "<own id>@<hash>"
+        return doc_id.rsplit("@", 1)[0]
+
+    assert sorted((own(d["provenance"]["parent_id"]), d["provenance"]["template"]) for d in synthetic) == [
         ("d0", "notes"), ("d0", "wikipedia"), ("d1", "notes"), ("d1", "wikipedia")]
     for d in synthetic:
         prov = d["provenance"]
@@ -135,10 +138,10 @@ def test_every_generation_is_kept_rejected_or_failed_with_provenance(tmp_path, s
                                                   "temperature": 0.7, "top_p": 0.95}
         assert d["lang"] == "en" and d["text"] and d["text"] not in texts.values()
     originals = [d for d in docs if d["source"] != "synthetic"]
-    assert sorted(d["id"] for d in originals) == sorted(texts)
+    assert sorted(d["source_id"] for d in originals) == sorted(texts)
     assert all(d["repeats"] == 2 and d["repeat_rules"] == ["first_doc"] for d in originals)
     rejected = pq.read_table(out / "rejected" / "augment").to_pylist()
-    reasons = sorted((d["provenance"]["parent_id"], d["reason"]) for d in rejected)
+    reasons = sorted((own(d["provenance"]["parent_id"]), d["reason"]) for d in rejected)
     assert reasons == sorted([(p, r) for p, r in (("d2", "prompt_echo"), ("d3", "empty"), ("d5", "near_duplicate"),
                                                     ("d6", "language"), ("d7", "length_ratio")) for _ in (0, 1)])
     assert all("d7" in d["reason_detail"] for d in rejected if d["reason"] == "near_duplicate")

@@ -44,8 +44,9 @@ def test_upsampling_stage_annotates_every_document_and_reconciles(tmp_path):
     row = next(line for line in out.getvalue().splitlines() if line.startswith("augment"))
     assert row.split()[:6] == ["augment", "40", "40", "0", "0", "in=out+r+f"]
     docs = pq.read_table(tmp_path / "out" / "docs" / "augment").to_pylist()
-    repeats = {d["id"]: (d["repeats"], tuple(d["repeat_rules"])) for d in docs}
-    expected = {f"d{i}": ((3, ("sampled",)) if in_sample(f"d{i}", 0.25, 3) else (1, ())) for i in range(40)}
+    repeats = {d["source_id"]: (d["repeats"], tuple(d["repeat_rules"])) for d in docs}
+    expected = {d["source_id"]: ((3, ("sampled",)) if in_sample(d["id"], 0.25, 3) else (1, ())) for d in docs}
+    assert sorted(expected) == sorted(f"d{i}" for i in range(40))
     assert repeats == expected
     upsampled = sum(r == 3 for r, _ in repeats.values())
     assert 4 <= upsampled <= 18

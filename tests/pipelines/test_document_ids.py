@@ -153,6 +153,8 @@ def test_seed_files_and_old_reviews_find_documents_by_a_unique_own_id(tmp_path, 
     """``doc_texts`` (the labeller's seed rows and reviews name documents by id) matches
     the job's document id, else an own id that one document has; an own id two inputs
     share is ambiguous and left out, with a warning naming it."""
+    import logging
+
     from pipelines.config import load_config
     from pipelines.review import doc_texts
 
@@ -163,6 +165,8 @@ def test_seed_files_and_old_reviews_find_documents_by_a_unique_own_id(tmp_path, 
                 out=io.StringIO()) == 0
     kept = _docs(tmp_path / "out", "extract")
     some = next(r for r in kept if r["source_id"] == "5")
+    logging.getLogger().addHandler(caplog.handler)  # main's logging setup replaced the root's handlers
+    caplog.set_level(logging.WARNING, logger="pipelines.review")
     found = doc_texts(load_config(config), ["only-c", "5", some["id"]])
     assert found == {"only-c": "the one text of c", some["id"]: some["text"]}
     assert "5" in caplog.text and "more than one input" in caplog.text

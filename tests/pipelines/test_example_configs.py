@@ -36,14 +36,14 @@ def dolma_lines() -> list[dict]:
 def test_the_dolma_jsonl_example(tmp_path, monkeypatch, dolma_lines):
     monkeypatch.chdir(ROOT)  # the config's paths are relative to the repository
     printed = run_example("jsonl.yaml", tmp_path / "out")
-    docs = {d["id"]: d for d in rows(tmp_path / "out", "docs/extract")}
+    docs = {d["source_id"]: d for d in rows(tmp_path / "out", "docs/extract")}
     assert len(docs) == len(dolma_lines) == 6
     for line in dolma_lines:  # metadata.url, created and metadata.language read by name
         doc = docs[line["id"]]
         assert (doc["url"], doc["fetched_at"]) == (line["metadata"].get("url", ""), line["created"])
     assert "noted:    missing_url=1" in printed  # cc-0004 has no metadata.url
     assert "rejected: duplicate_text=1" in printed  # cc-0005 repeats cc-0002
-    kept = {d["id"]: d["lang"] for d in rows(tmp_path / "out", "docs/dedup_minhash")}
+    kept = {d["source_id"]: d["lang"] for d in rows(tmp_path / "out", "docs/dedup_minhash")}
     assert kept["cc-0003"] == "de" and "cc-0005" not in kept and "cc-0002" in kept
 
 

@@ -26,13 +26,14 @@ def labelled(doc_id: str, text: str = "Body text.", **scores: float) -> Doc:
               Label("topic", "news", 1.0, "human", "v2", reviewer="ann", reviewed_at="2026-11-29T10:00:00Z"),
               Label("other", "x", 0.1, "model", "v9")]  # a set this config does not have
     return Doc(id=doc_id, url=f"https://example.org/{doc_id}", text=text, source="s.jsonl", fetched_at="",
-               title=f"Title {doc_id}", labels=tuple(labels))
+               title=f"Title {doc_id}", labels=tuple(labels), source_id=f"own-{doc_id}")
 
 
 def test_a_task_holds_the_model_suggestions_of_the_configured_sets_only():
     task = review_task(labelled("d1", topic=0.42), CFG)
     assert task == {
-        "task_id": "d1", "doc_id": "d1", "url": "https://example.org/d1", "title": "Title d1",
+        "task_id": "d1", "doc_id": "d1", "source_id": "own-d1", "id_scheme": 2,
+        "url": "https://example.org/d1", "title": "Title d1",
         "text": "Body text.", "text_truncated": False,
         "suggestions": {"topic": {"value": "sport", "score": 0.42, "version": "v2"},
                         "tone": {"value": "calm", "score": 0.95, "version": "v7"}},
@@ -51,8 +52,8 @@ def test_the_text_is_cut_at_the_limit_and_says_so():
 def test_the_label_studio_task_carries_the_suggestions_as_one_prediction():
     task = review_task(labelled("d1", topic=0.42, tone=0.7), CFG)
     assert label_studio_task(task) == {
-        "data": {"text": "Body text.", "task_id": "d1", "doc_id": "d1", "url": "https://example.org/d1",
-                 "title": "Title d1"},
+        "data": {"text": "Body text.", "task_id": "d1", "doc_id": "d1", "source_id": "own-d1",
+                 "url": "https://example.org/d1", "title": "Title d1"},
         "predictions": [{"model_version": "v2,v7", "score": 0.42, "result": [
             {"id": "topic-pred", "from_name": "topic", "to_name": "text", "type": "choices",
              "value": {"choices": ["sport"]}},

@@ -66,8 +66,8 @@ def test_given_tokenizer_round_trip_every_document_once(tmp_path):
             tokens = shard.doc(i).tolist()
             assert tokens[-1] == sp.eos_id()
             # the text extract keeps: normalised (the book's leading BOM, U+FEFF, is dropped)
-            assert sp.decode(tokens[:-1]) == sp.decode(sp.encode(normalize_text(docs[doc_id])))
-            seen.append(doc_id)
+            assert sp.decode(tokens[:-1]) == sp.decode(sp.encode(normalize_text(docs[doc_id.rsplit("@", 1)[0]])))
+            seen.append(doc_id.rsplit("@", 1)[0])
     assert sorted(seen) == sorted(docs)  # every kept document, exactly once
     assert index["num_docs"] == len(docs) and index["lineage"]["input_stage"] == "extract"
     manifest = json.loads((tmp_path / "out" / "manifests" / "tokenize.json").read_text())
@@ -298,7 +298,7 @@ def test_a_version_is_self_contained_and_changes_only_when_its_tokens_change(tmp
     # one document's text changes: new tokens, a new version
     run_with(config, "--stages", "tokenizer,tokenize")
     assert len(folders(out)) == 2 and (out / "tokens" / "CURRENT").read_text().strip() == index["version"]
-    rewrite_docs(out, lambda row: {**row, "text": row["text"] + " Changed."} if row["id"] == "d007" else row)
+    rewrite_docs(out, lambda row: {**row, "text": row["text"] + " Changed."} if row["source_id"] == "d007" else row)
     run_with(config, "--force", "--stages", "tokenizer,tokenize")
     assert len(folders(out)) == 3
 

@@ -18,8 +18,13 @@ from tests.pipelines.test_tokenize import folders, job, load_version, rewrite_do
 UPSAMPLED = {"d001": (3, ["top_quality"]), "d002": (2, ["top_quality", "label_code"]), "d003": (99, ["x"])}
 
 
+def own(doc_id: str) -> str:
+    """The corpus's own id of a document id (``<own id>@<hash of file and offset>``)."""
+    return doc_id.rsplit("@", 1)[0]
+
+
 def upsample(row: dict) -> dict:
-    repeats, rules = UPSAMPLED.get(row["id"], (1, []))
+    repeats, rules = UPSAMPLED.get(own(row["id"]), (1, []))
     return {**row, "repeats": repeats, "repeat_rules": rules}
 
 
@@ -29,7 +34,7 @@ def doc_tokens(directory: Path, index: dict) -> dict[str, int]:
     for entry in index["shards"]:
         shard = decode_shard((directory / entry["name"]).read_bytes())
         for row in pq.read_table(directory / entry["documents"]).to_pylist():
-            found.setdefault(row["id"], set()).add(len(shard.doc(row["position"])))
+            found.setdefault(own(row["id"]), set()).add(len(shard.doc(row["position"])))
     assert all(len(sizes) == 1 for sizes in found.values())
     return {doc_id: sizes.pop() for doc_id, sizes in found.items()}
 
@@ -50,7 +55,7 @@ def test_upsampled_version_index_manifest_and_epochs(tmp_path):
     index = validate_index(json.loads((directory / "index.json").read_text()))
     assert index["content_key"] != plain["content_key"]
     table = pq.read_table(directory / "documents").to_pylist()
-    copies = {doc_id: sorted((r["copy"], r["shard"]) for r in table if r["id"] == doc_id) for doc_id in UPSAMPLED}
+    copies = {doc_id: sorted((r["copy"], r["shard"]) for r in table if own(r["id"]) == doc_id) for doc_id in UPSAMPLED}
     assert [c for c, _ in copies["d001"]] == [0, 1, 2] and len({s for _, s in copies["d001"]}) == 3
     assert [c for c, _ in copies["d002"]] == [0, 1] and len({s for _, s in copies["d002"]}) == 2
     assert copies["d003"] == []  # 99 > max_repeats 8: refused
@@ -73,7 +78,7 @@ def test_upsampled_version_index_manifest_and_epochs(tmp_path):
     assert manifest["counts"]["rejected_by_reason"] == {"repeats": 1} and manifest["counts"]["out"] == 59
     assert manifest["extra"]["counters"]["repeat_tokens"] == index["repeat_tokens"]
     rejected = pq.read_table(out / "rejected" / "tokenize").to_pylist()
-    assert [(r["id"], r["reason"], r["reason_detail"], r["repeats"]) for r in rejected] == [
+    assert [(own(r["id"]), r["reason"], r["reason_detail"], r["repeats"]) for r in rejected] == [
         ("d003", "repeats", "repeats 99 outside 1..8 (tokenize.max_repeats)", 99)]
 
     run_with(config, "--force", "--stages", "tokenize")  # the same upsampling: the version is reused

@@ -116,7 +116,7 @@ def test_extract_transform_routes_and_counts(beam_options, monkeypatch):
     config = ExtractConfig(timeout_s=1.0, max_error_ratio=1.0, isolation="thread")
     with TestPipeline(options=beam_options) as p:
         out = p | beam.Create(records) | ExtractText(config)
-        assert_that(out.kept | beam.Map(lambda d: d.id), equal_to(["a", "b"]), label="kept")
+        assert_that(out.kept | beam.Map(lambda d: d.source_id), equal_to(["a", "b"]), label="kept")
         assert_that(out.rejected | beam.Map(lambda r: (r.doc.url, r.reason)),
                     equal_to([("c", "http_status"), ("f", "content_type")]), label="rejected")
         assert_that(out.failed | beam.Map(lambda f: (f.error_type, f.raw)),
@@ -176,13 +176,13 @@ def test_isolated_extraction_times_out_kills_and_recovers(beam_options):
     assert lifted.isolation == "process"
     with TestPipeline(options=beam_options) as p:
         out = p | beam.Create(records[:2] + records[3:]) | "lifted" >> ExtractText(lifted)
-        assert_that(out.kept | beam.Map(lambda d: d.id), equal_to(["a", "b"]), label="kept")
+        assert_that(out.kept | beam.Map(lambda d: d.source_id), equal_to(["a", "b"]), label="kept")
         assert_that(out.failed | beam.Map(lambda f: (f.error_type, f.raw == slow, "restarted" in f.error)),
                     equal_to([("TimeoutError", True, True)]), label="failed")
     guarded = ExtractConfig(timeout_s=30.0, max_error_ratio=1.0)
     with TestPipeline(options=beam_options) as p:
         out = p | beam.Create(records) | ExtractText(guarded)
-        assert_that(out.kept | beam.Map(lambda d: d.id), equal_to(["a", "b"]), label="kept")
+        assert_that(out.kept | beam.Map(lambda d: d.source_id), equal_to(["a", "b"]), label="kept")
         assert_that(out.failed | beam.Map(lambda f: f.error_type), equal_to(["HtmlTooDeep", "HtmlTooDeep"]),
                     label="failed")
 
