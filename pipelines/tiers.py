@@ -24,7 +24,8 @@ import sys
 from typing import Any, Optional, Sequence, TextIO
 
 from pipelines.cli import setup_logging
-from storage.tiers import (StorageConfig, copy_version, delete_version, gc, incomplete_versions, list_versions,
+from storage.index import IndexFileError
+from storage.tiers import (StorageConfig, TierError, copy_version, delete_version, gc, incomplete_versions, list_versions,
                            verify_version, version_dirs)
 
 _LOGGER = logging.getLogger(__name__)
@@ -62,13 +63,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     setup_logging(logging.INFO, "%(levelname)s %(name)s: %(message)s")
     output, storage, beam_args = _job_of(args.config)
     out = sys.stdout
-    if args.command == "status":
-        return _status(output, storage, out)
-    if args.command == "verify":
-        return _verify(args, output, storage, out)
-    if args.command != "gc" and not args.version:
+    if args.command not in ("status", "verify", "gc") and not args.version:
         parser.error(f"{args.command} needs --version")
-    return _write(args, list(sys.argv[1:] if argv is None else argv), output, storage, beam_args, out)
+    try:
+        if args.command == "status":
+            return _status(output, storage, out)
+        if args.command == "verify":
+            return _verify(args, output, storage, out)
+        return _write(args, list(sys.argv[1:] if argv is None else argv), output, storage, beam_args, out)
+    except (TierError, IndexFileError) as exc:  # a damaged or incomplete version: its message says what to do
+        from storage.redact import redact_text
+
+        sys.stderr.write(redact_text(f"{args.command} failed: {exc}\n"))
+        return 1
 
 
 def _status(output: str, storage: StorageConfig, out: TextIO) -> int:

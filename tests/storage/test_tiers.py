@@ -242,6 +242,20 @@ def test_a_listed_file_that_is_absent_is_an_index_error_naming_version_and_file(
     assert not (tmp_path / "hot" / "v1" / "index.json").exists()
 
 
+def test_the_tiers_command_reports_a_missing_file_in_one_line(tmp_path, capsys):
+    """``pipelines.tiers promote`` of a version whose listed shard is gone: exit 1 and the
+    error naming version and file, not a traceback (before: an uncaught TierError)."""
+    make_version(tmp_path / "out" / "tokens", "v1", shards=2, index_version=3)
+    os.remove(tmp_path / "out" / "tokens" / "v1" / "shard-00001-of-00002.tfs")
+    config = tmp_path / "job.yaml"
+    config.write_text(f"output: {tmp_path / 'out'}\ninputs: []\ncrawl:\n  seeds: [http://x]\n"
+                      f"storage:\n  cold: {tmp_path / 'cold'}\n")
+    assert main(["demote", "--config", str(config), "--version", "v1"]) == 1
+    err = capsys.readouterr().err
+    assert "demote failed: version v1: " in err and "shard-00001-of-00002.tfs" in err
+    assert "Traceback" not in err and not (tmp_path / "cold" / "v1" / "index.json").exists()
+
+
 @pytest.mark.parametrize("version", ["../../x", "..", "v1/../../x", "/etc"])
 def test_hostile_version_names_are_refused_before_any_write(tmp_path, version):
     make_version(tmp_path / "warm", "v1")
