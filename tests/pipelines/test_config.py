@@ -162,6 +162,7 @@ def test_missing_or_corrupt_model_fails_before_the_pipeline(tmp_path):
 # ---------------------------------------------------------------- inputs inside the output (issue 13.5)
 
 import json  # noqa: E402
+import re  # noqa: E402
 import math  # noqa: E402
 import os  # noqa: E402
 
@@ -440,3 +441,48 @@ def test_outputs_with_glob_characters_in_their_names(tmp_path):
     out = tmp_path / "run[1]"
     assert input_problem(f"{out}/docs/extract/*.parquet", str(out))
     assert not input_problem(f"{tmp_path}/run1/docs/extract/*.parquet", str(out))
+
+
+# ---------------------------------------------------------------- duplicate keys, system outputs (issue 36.8)
+
+def test_a_key_given_twice_is_refused_with_both_lines(tmp_path):
+    """The red team's config: a second ``output: /etc`` further down. PyYAML kept the last
+    value silently and the job wrote 11 files into /etc."""
+    path = write(tmp_path, good(tmp_path) + "extract:\n  min_chars: 5\noutput: /etc\n")
+    with pytest.raises(ConfigError, match=r"duplicate key 'output' at line 2, column 1 and again at "
+                                          r"line 8, column 1: YAML would silently keep only the last"):
+        load_config(path)
+    with pytest.raises(ConfigError, match=r"duplicate key 'min_chars' at line 7, column 3"):
+        load_config(write(tmp_path, good(tmp_path) + "extract:\n  min_chars: 5\n  min_chars: 6\n"))
+    with pytest.raises(ConfigError, match=r"duplicate key 'output'"):  # quoted or not, the same key
+        load_config(write(tmp_path, good(tmp_path) + "'output': /tmp/x\n"))
+    warc = shared("warc", "warcio_example.warc.gz")
+    merged = (f"output: {tmp_path / 'out'}\ninputs:\n  - &in {{format: warc, path: {warc}}}\n"
+              f"  - {{<<: *in, format: warc}}\n")  # a merge's key may be overridden: YAML's intent
+    assert [i.format for i in load_config(write(tmp_path, merged)).inputs] == ["warc", "warc"]
+
+
+def test_a_duplicate_key_on_the_command_line_path_exits_2_and_writes_nothing(tmp_path, capsys):
+    first, second = tmp_path / "first", tmp_path / "second"
+    path = write(tmp_path, good(tmp_path).replace(str(tmp_path / "out"), str(first)) + f"output: {second}\n")
+    assert main(["--config", path, "--runner=FnApiRunner", "--no-progress", "--no-report"]) == 2
+    assert "config error" in capsys.readouterr().err
+    assert not first.exists() and not second.exists()
+
+
+# ---------------------------------------------------------------- reader errors (issue 36.10)
+
+@pytest.mark.parametrize("data,where", [
+    (b"output: /tmp/x\x00\n", "character #x0000 at line 1, column 15"),
+    (b"output: /tmp/x\ninputs: []\n\x00\x00\x00", "character #x0000 at line 3, column 1"),
+    (b"output: /tmp/x\n\x07inputs: []\n", "character #x0007 at line 2, column 1"),
+    (b"\x1b[31moutput: /tmp/x\n", "character #x001b at line 1, column 1"),
+])
+def test_nul_and_control_characters_are_config_errors(tmp_path, capsys, data, where):
+    path = tmp_path / "job.yaml"
+    path.write_bytes(data)
+    with pytest.raises(ConfigError, match=rf"{re.escape(str(path))}: not valid YAML: {where} is not allowed"):
+        load_config(str(path))
+    assert main(["--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("config error: ") and "Traceback" not in err and len(err.splitlines()) == 1
