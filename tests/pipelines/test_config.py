@@ -470,6 +470,49 @@ def test_a_duplicate_key_on_the_command_line_path_exits_2_and_writes_nothing(tmp
     assert not first.exists() and not second.exists()
 
 
+@pytest.mark.parametrize("output,message", [
+    ("/", "is the system folder /:"),
+    ("/etc", "is the system folder /etc:"),
+    ("/etc/", "is the system folder /etc:"),
+    ("/usr/../etc", "is the system folder /etc:"),
+    ("{tmp}/etc-link", "is the system folder /etc:"),
+    ("/usr", "is the system folder /usr"),
+    ("/bin", "is the system folder"),
+    ("/sbin", "is the system folder"),
+    ("/lib", "is the system folder"),
+    ("/var", "is the system folder /var:"),
+    ("/boot", "is the system folder /boot:"),
+    ("/dev", "is the system folder /dev:"),
+    ("/proc", "a pseudo filesystem"),
+    ("/proc/self/out", "a pseudo filesystem"),
+    ("/sys", "a pseudo filesystem"),
+    ("/sys/kernel/out", "a pseudo filesystem"),
+    ("~", "is a home folder"),
+    ("~/", "is a home folder"),
+    ("/root", "is a home folder"),
+    ("/home/someone", "is a home folder (/home/someone)"),
+    ("/home/someone/", "is a home folder (/home/someone)"),
+])
+def test_system_and_home_folders_are_not_outputs(tmp_path, output, message):
+    os.symlink("/etc", tmp_path / "etc-link")
+    with pytest.raises(ConfigError, match=r"output: .*" + re.escape(message)):
+        load_config(write(tmp_path, good(tmp_path)), output=output.format(tmp=tmp_path))
+
+
+@pytest.mark.parametrize("output", ["/home/someone/out", "/tmp/tf-job", "/var/tmp/tf-job", "/usr/local/data/job",
+                                    "{tmp}/out", "relative/out", "s3://bucket/etc", "s3://bucket"])
+def test_folders_below_system_and_home_folders_are_outputs(tmp_path, output):
+    config = load_config(write(tmp_path, good(tmp_path)), output=output.format(tmp=tmp_path))
+    assert config.output == output.format(tmp=tmp_path)
+
+
+def test_a_home_relative_output_is_expanded(tmp_path):
+    """Beam's filesystems and the lease took ``~/out`` as it is: a folder named ``~`` in
+    the working directory."""
+    config = load_config(write(tmp_path, good(tmp_path)), output="~/tf-out")
+    assert config.output == os.path.join(os.path.expanduser("~"), "tf-out")
+
+
 # ---------------------------------------------------------------- reader errors (issue 36.10)
 
 @pytest.mark.parametrize("data,where", [
