@@ -21,6 +21,7 @@ from pipelines.beam_runs import counter_totals, run_pipeline
 from pipelines.config import JobConfig, configure_filesystems
 from pipelines.engines import shared_job_server
 from pipelines.lease import OutputLease, store_for
+from pipelines.preflight import check_runner, probe_output
 from pipelines.progress import ProgressLine
 from pipelines.stage_specs import StageSpec, plan_stage, spec_of
 from pipelines.stages import StagePlan
@@ -223,9 +224,12 @@ def run_job(config: JobConfig, cli_args: Sequence[str] = (), force: bool = False
     """Runs the config's stages in order; returns one report per stage. A stage that
     raises ends the job with ``StageFailed`` (the stages before it keep their outputs
     and manifests, so a rerun resumes after them); another live run on the same output
-    ends it with ``LeaseHeld`` before any stage."""
+    ends it with ``LeaseHeld`` before any stage, and so does a ``ConfigError`` for a
+    runner Beam does not know or an output this user cannot write."""
     options = pipeline_options(config, cli_args)
+    check_runner(options)  # ConfigError before the lease: a misspelt runner fails no stage
     configure_filesystems(config, cli_args)  # the driver's own reads and writes of the output
+    probe_output(config.output)  # ConfigError: an output this user cannot write
     reports: list[StageReport] = []
     # one run per output (LeaseHeld before anything is touched); a lost lease stops the
     # job at the next stage boundary

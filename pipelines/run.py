@@ -236,6 +236,9 @@ def _run(args: argparse.Namespace, config: JobConfig, beam_args: list[str], out:
     except LeaseHeld as held:
         _stderr(f"output in use: {held}\nnothing ran\n")
         return 2
+    except ConfigError as exc:  # the runner's name, an output this user cannot write
+        _stderr(f"config error: {exc}\nnothing ran\n")
+        return 2
     except StageFailed as failed:  # the traceback is in the log above
         if failed.reports:
             out.write("\n" + format_table(failed.reports) + "\n")
