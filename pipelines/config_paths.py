@@ -44,6 +44,7 @@ from storage.redact import has_userinfo
 
 if TYPE_CHECKING:
     from pipelines.config import JobConfig
+    from transforms.readers.files import FileRef
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -242,9 +243,10 @@ def check_no_credentials(config: "JobConfig") -> None:
                 "provider's credentials file")
 
 
-def check_job_paths(config: "JobConfig") -> None:
+def check_job_paths(config: "JobConfig") -> dict[str, list["FileRef"]]:
     """The output is a usable folder, every input pattern matches a file, the seeds file
-    exists (remote ones too), and no input lies where the job writes or deletes."""
+    exists (remote ones too), and no input lies where the job writes or deletes.
+    Returns the files each input matched, by ``inputs[i]``."""
     from transforms.readers.files import match_pattern
 
     where = config.source_file
@@ -254,6 +256,7 @@ def check_job_paths(config: "JobConfig") -> None:
     patterns = [(f"inputs[{i}].path", spec.path) for i, spec in enumerate(config.inputs)]
     if config.crawl is not None and config.crawl.seeds_file:
         patterns.append(("crawl.seeds_file", config.crawl.seeds_file))
+    matched: dict[str, list[FileRef]] = {}
     for key, pattern in patterns:
         problem = input_problem(pattern, config.output)  # before any (remote) listing
         if problem:
@@ -267,3 +270,5 @@ def check_job_paths(config: "JobConfig") -> None:
         problem = input_problem(pattern, config.output, [ref.url for ref in refs])
         if problem:
             raise ConfigError(f"{where}: {key}: {problem}")
+        matched[key.rsplit(".", 1)[0]] = refs
+    return matched

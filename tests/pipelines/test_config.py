@@ -529,3 +529,116 @@ def test_nul_and_control_characters_are_config_errors(tmp_path, capsys, data, wh
     assert main(["--config", str(path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("config error: ") and "Traceback" not in err and len(err.splitlines()) == 1
+
+
+# ---------------------------------------------------------------- field names on the first record (issue 36.12)
+
+from pipelines.config_inputs import FIELD_CHECK_FILES  # noqa: E402
+from tests.s3server import s3_endpoint, s3_env  # noqa: E402,F401  (fixtures)
+
+FIELD_DOCS = [{"doc_id": f"d{i}", "content": f"Document number {i} says something. " * 3,
+               "meta": {"url": f"https://example.org/{i}", "lang": "en"}} for i in range(187)]
+
+
+def write_docs(path: Path, docs: list[dict] = FIELD_DOCS, head: str = "") -> Path:
+    """``docs`` as JSONL (plain or compressed by the suffix) or Parquet (``meta`` a struct)."""
+    import bz2
+    import gzip
+    import lzma
+
+    import zstandard
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.suffix == ".parquet":
+        pq.write_table(pa.Table.from_pylist(docs), path)
+        return path
+    data = (head + "".join(json.dumps(d) + "\n" for d in docs)).encode()
+    pack = {".gz": gzip.compress, ".bz2": bz2.compress, ".xz": lzma.compress,
+            ".zst": zstandard.ZstdCompressor().compress}.get(path.suffix, lambda b: b)
+    path.write_bytes(pack(data))
+    return path
+
+
+def fields_job(tmp_path: Path, pattern: str, fmt: str = "jsonl", fields: str = "") -> str:
+    return write(tmp_path, f"output: {tmp_path / 'out'}\ninputs:\n  - {{format: {fmt}, path: \"{pattern}\"{fields}}}\n"
+                           "beam_args: ['--runner=FnApiRunner']\n")
+
+
+def test_a_wrong_text_field_is_refused_before_extract_runs(tmp_path, capsys):
+    """The red team's case: ``text_field`` left at ``text`` for records that hold
+    ``content``; before, extract ran and failed record by record (exit 1)."""
+    data = write_docs(tmp_path / "docs.jsonl")
+    config = fields_job(tmp_path, str(data))
+    assert main(["--config", config, "--no-progress", "--no-report", "--log-level", "WARNING"]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"config error: {config}: inputs[0].text_field: 'text' is not a field of the first record of "
+                   f"{data} (line 1), whose fields are: doc_id, content, meta; set text_field to the field that "
+                   "holds the text\n")
+    assert not (tmp_path / "out").exists()
+    config = fields_job(tmp_path, str(data), fields=", text_field: content, id_field: doc_id, url_field: meta.url")
+    assert main(["--config", config, "--no-progress", "--no-report", "--log-level", "WARNING"]) == 0
+    counts = json.loads((tmp_path / "out" / "manifests" / "extract.json").read_text())["counts"]
+    assert (counts["records_in"], counts["failed"]) == (187, 0)
+
+
+@pytest.mark.parametrize("name", ["docs.jsonl", "docs.jsonl.gz", "docs.jsonl.zst", "docs.jsonl.bz2", "docs.jsonl.xz",
+                                  "docs.parquet"])
+@pytest.mark.parametrize("fields,message", [
+    (", text_field: body", r"inputs\[0\]\.text_field: 'body' is not a field of .*, whose fields are: doc_id, "
+                           r"content, meta; set text_field to the field that holds the text$"),
+    (", text_field: content, id_field: docid", r"inputs\[0\]\.id_field: 'docid' is not a field .*: doc_id, content, "
+                                            r"meta; set id_field to .* \(or leave id_field out"),
+    (", text_field: content, url_field: meta.uri", r"inputs\[0\]\.url_field: 'meta\.uri' is not a field .* are: "
+                                                   r"doc_id, content, meta; meta: meta\.lang, meta\.url; set url_field"),
+    (", text_field: meta.url.text", r"text_field: 'meta\.url\.text' .* meta; meta\.url: not an object; set"),
+    (", text_field: content.text", r"text_field: 'content\.text' .* meta; content: not an object; set"),
+])
+def test_field_names_are_checked_in_every_format(tmp_path, name, fields, message):
+    data = write_docs(tmp_path / name)
+    where = "the schema of" if name.endswith(".parquet") else "the first record of"
+    fmt = "parquet" if name.endswith(".parquet") else "jsonl"
+    with pytest.raises(ConfigError, match=message) as err:
+        load_config(fields_job(tmp_path, str(data), fmt, fields))
+    assert f"is not a field of {where} {data}" in str(err.value)
+
+
+@pytest.mark.parametrize("name", ["docs.jsonl.gz", "docs.parquet"])
+def test_fields_the_records_have_pass(tmp_path, name):
+    data = write_docs(tmp_path / name)
+    fmt = "parquet" if name.endswith(".parquet") else "jsonl"
+    config = load_config(fields_job(tmp_path, str(data), fmt, ", text_field: content, id_field: doc_id, "
+                                                              "url_field: meta.url, lang_field: meta.language"))
+    assert config.inputs[0].url_field == "meta.url"  # lang is counted when missing, not checked
+
+
+def test_every_matched_file_is_checked_up_to_the_limit(tmp_path):
+    good_docs = [{"text": "t", **d} for d in FIELD_DOCS[:3]]
+    for i in range(FIELD_CHECK_FILES + 2):
+        write_docs(tmp_path / "in" / f"part-{i:03d}.jsonl", good_docs)
+    write_docs(tmp_path / "in" / "part-001.jsonl")  # the second file lacks text
+    with pytest.raises(ConfigError, match=r"'text' is not a field of the first record of .*part-001\.jsonl"):
+        load_config(fields_job(tmp_path, f"{tmp_path}/in/*.jsonl"))
+    write_docs(tmp_path / "in" / "part-001.jsonl", good_docs)
+    write_docs(tmp_path / "in" / f"part-{FIELD_CHECK_FILES:03d}.jsonl")  # past the limit: the reader's to fail
+    assert len(load_config(fields_job(tmp_path, f"{tmp_path}/in/*.jsonl")).inputs) == 1
+
+
+def test_blank_lines_are_skipped_and_an_unparsable_first_line_is_left_to_the_reader(tmp_path):
+    data = write_docs(tmp_path / "docs.jsonl", head="\n  \n")
+    with pytest.raises(ConfigError, match=r"first record of .*docs\.jsonl \(line 3\)"):
+        load_config(fields_job(tmp_path, str(data)))
+    data = write_docs(tmp_path / "broken.jsonl", head="{broken\n")  # a failed/ record with its offset
+    assert load_config(fields_job(tmp_path, str(data), fields=", text_field: body")).inputs
+
+
+def test_remote_inputs_are_checked_too(tmp_path, s3_env):  # noqa: F811
+    import boto3
+
+    data = write_docs(tmp_path / "docs.jsonl.gz")
+    client = boto3.client("s3")
+    client.create_bucket(Bucket="fields")
+    client.upload_file(str(data), "fields", "dolma/docs-0000.jsonl.gz")
+    with pytest.raises(ConfigError, match=r"'text' is not a field of the first record of "
+                                          r"s3://fields/dolma/docs-0000\.jsonl\.gz \(line 1\), whose fields are: "
+                                          r"doc_id, content, meta"):
+        load_config(fields_job(tmp_path, "s3://fields/dolma/*.jsonl.gz"))
