@@ -35,7 +35,8 @@ from transforms.extract.extract import ExtractConfig
 from transforms.label.label import LabelConfig
 from transforms.readers.tabular import TextFields
 from pipelines.config_errors import ConfigError, quote
-from pipelines.config_paths import check_job_paths, check_no_credentials
+from pipelines.config_inputs import check_input_fields
+from pipelines.config_paths import check_job_paths, check_no_credentials, expand_output
 from pipelines.config_yaml import read_yaml_file
 from pipelines.stage_specs import check_stages, default_stages, known_stages
 
@@ -264,7 +265,7 @@ def load_config(path: str, output: Optional[str] = None,
         config = from_mapping(JobConfig, data)
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from None
-    config = dataclasses.replace(config, source_file=path)
+    config = dataclasses.replace(config, source_file=path, output=expand_output(config.output))
     check_no_credentials(config)
     check_files(config)
     if check_models:
@@ -333,8 +334,9 @@ def _check_languages(config: JobConfig, labels: frozenset[str]) -> None:
 
 
 def check_files(config: JobConfig) -> None:
-    """The output and the inputs: see ``pipelines.config_paths.check_job_paths``."""
-    check_job_paths(config)
+    """The output and the inputs (``pipelines.config_paths.check_job_paths``), then the
+    field names of JSONL and Parquet inputs (``pipelines.config_inputs``)."""
+    check_input_fields(config, check_job_paths(config))
 
 
 def configure_filesystems(config: JobConfig, cli_args: tuple[str, ...] | list[str] = ()) -> None:

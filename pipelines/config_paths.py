@@ -12,7 +12,12 @@ the documents are lost and the job still ends well. ``check_job_paths`` refuses:
 * a matched input file whose real path (symlinks resolved) lies in those folders;
 * an output inside the read-only shared data folder (``../shared`` beside the
   repository, or ``$TOKENFACTORY_SHARED_DATA``), an output that is an existing file or
-  lies below one, and a ``file://`` output (Beam's filesystems know only plain paths).
+  lies below one, and a ``file://`` output (Beam's filesystems know only plain paths);
+* an output that is a folder of the system (``/``, ``/etc``, ``/usr``, ... ``SYSTEM_FOLDERS``)
+  or a home folder itself (``~``, ``/root``, ``/home/<user>``, every home in the password
+  database), or lies anywhere below ``/proc`` or ``/sys``: a job writes ``docs/``,
+  ``manifests/``, ``report/``... there (a red team's ``output: /etc`` wrote 11 files into
+  ``/etc``). Folders below them (``/home/u/out``, ``/var/data/job``) are fine.
 
 Paths are compared after normalisation: local paths are made absolute with symlinks and
 ``..`` resolved (``os.path.realpath``), ``file://`` URLs become paths, ``~`` is expanded
@@ -39,6 +44,7 @@ from storage.redact import has_userinfo
 
 if TYPE_CHECKING:
     from pipelines.config import JobConfig
+    from transforms.readers.files import FileRef
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -50,6 +56,14 @@ OUTPUT_AREAS = ("crawl", "docs", "failed", "manifests", "rejected", "report", "r
 # String keys that are not storage locations: crawl targets and patterns may hold an '@'.
 NOT_LOCATIONS = frozenset({"crawl.seeds", "crawl.allow_patterns", "crawl.deny_patterns",
                            "crawl.user_agent"})
+
+# Folders of the operating system that are never a job's output themselves (their
+# sub-folders may be, e.g. /var/tmp/job or /usr/local/data/job), and the pseudo
+# filesystems nothing below which is storage.
+SYSTEM_FOLDERS = ("/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/libx32",
+                  "/opt", "/proc", "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr", "/usr/bin",
+                  "/usr/lib", "/usr/local", "/usr/sbin", "/usr/share", "/var", "/var/lib", "/var/log")
+PSEUDO_FILESYSTEMS = ("/proc", "/sys")
 
 _SCHEME_ALIASES = {"s3a": "s3", "s3n": "s3", "gcs": "gs"}
 _GLOB_CHARS = set("*?[")
@@ -119,6 +133,43 @@ def read_only_folders() -> list[Location]:
     return folders
 
 
+def expand_output(output: str) -> str:
+    """A local output with ``~`` expanded as a shell would: Beam's filesystems and the
+    lease take the path as it is, so ``~/out`` became a folder named ``~`` in the
+    working directory. URLs are returned unchanged."""
+    return os.path.expanduser(output) if output.startswith("~") else output
+
+
+def home_folders() -> set[Location]:
+    """This user's home (``~``), ``/root`` and the home of every account in the password
+    database (``/home/<user>`` ones among them)."""
+    import pwd
+
+    homes = {os.path.expanduser("~"), "/root"}
+    try:
+        homes.update(entry.pw_dir for entry in pwd.getpwall() if entry.pw_dir)
+    except OSError:  # no password database (some containers): the two above remain
+        pass
+    return {location(home) for home in homes}
+
+
+def system_folder_problem(output: str, out: Location) -> Optional[str]:
+    """Why the local output ``out`` is a system or home folder, or None."""
+    advice = "give the job a folder of its own, e.g. out/<job> or /data/<job>"
+    if any(is_within(out, location(folder)) for folder in PSEUDO_FILESYSTEMS):
+        return f"{output!r} lies in {out.parts[0] if out.parts else '/'}, a pseudo filesystem; {advice}"
+    system = {location(folder) for folder in SYSTEM_FOLDERS} | {Location("", _split(f)) for f in SYSTEM_FOLDERS}
+    if out in system:
+        return (f"{output!r} is the system folder {out.text()}: a job writes docs/, manifests/, "
+                f"report/... into its output and deletes a stage's old files there; {advice}")
+    homes = home_folders()
+    if out in homes or (len(out.parts) == 2 and out.parts[0] == "home"):
+        return (f"{output!r} is a home folder ({out.text()}): a job writes docs/, manifests/, report/... "
+                f"into its output and deletes a stage's old files there; use a folder below it, "
+                f"e.g. {out.text().rstrip('/')}/tokenfactory-out")
+    return None
+
+
 def output_problem(output: str) -> Optional[str]:
     """Why ``output`` cannot be a job output, or None."""
     if output.lower().startswith("file://"):
@@ -131,6 +182,9 @@ def output_problem(output: str) -> Optional[str]:
                     "write job outputs elsewhere (e.g. out/)")
     if out.root:
         return None
+    problem = system_folder_problem(output, out)
+    if problem:
+        return problem
     probe = out.text()
     while not os.path.lexists(probe) and probe != os.path.dirname(probe):
         probe = os.path.dirname(probe)
@@ -189,9 +243,10 @@ def check_no_credentials(config: "JobConfig") -> None:
                 "provider's credentials file")
 
 
-def check_job_paths(config: "JobConfig") -> None:
+def check_job_paths(config: "JobConfig") -> dict[str, list["FileRef"]]:
     """The output is a usable folder, every input pattern matches a file, the seeds file
-    exists (remote ones too), and no input lies where the job writes or deletes."""
+    exists (remote ones too), and no input lies where the job writes or deletes.
+    Returns the files each input matched, by ``inputs[i]``."""
     from transforms.readers.files import match_pattern
 
     where = config.source_file
@@ -201,6 +256,7 @@ def check_job_paths(config: "JobConfig") -> None:
     patterns = [(f"inputs[{i}].path", spec.path) for i, spec in enumerate(config.inputs)]
     if config.crawl is not None and config.crawl.seeds_file:
         patterns.append(("crawl.seeds_file", config.crawl.seeds_file))
+    matched: dict[str, list[FileRef]] = {}
     for key, pattern in patterns:
         problem = input_problem(pattern, config.output)  # before any (remote) listing
         if problem:
@@ -214,3 +270,5 @@ def check_job_paths(config: "JobConfig") -> None:
         problem = input_problem(pattern, config.output, [ref.url for ref in refs])
         if problem:
             raise ConfigError(f"{where}: {key}: {problem}")
+        matched[key.rsplit(".", 1)[0]] = refs
+    return matched

@@ -10,7 +10,12 @@ A job config is a few hundred nodes, so the limits here are far above any real o
 * ``MAX_DEPTH``: nesting, aliases expanded (deeper values would exhaust the recursion
   of the loader and of the type checks).
 
-``SafeLoader`` semantics otherwise (no Python objects); recursive aliases are refused.
+``SafeLoader`` semantics otherwise (no Python objects); recursive aliases are refused,
+and so is a key given twice in one mapping: PyYAML keeps the last value silently (a
+second ``output: /etc`` further down a config made a job write into ``/etc``). Keys a
+merge (``<<: *defaults``) brings in may still be overridden, as YAML intends. A text
+that YAML's reader refuses (a NUL or another control character) is a ``ValueError``
+with the line and column, like every other problem of the file.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import logging
 from typing import Any
 
 import yaml
-from yaml.nodes import MappingNode, Node, SequenceNode
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from pipelines.config_errors import ConfigError
 
@@ -29,9 +34,15 @@ MAX_CONFIG_BYTES = 1 << 20  # 1 MiB: long lists (seeds) belong in their own file
 MAX_NODES = 100_000
 MAX_DEPTH = 64
 
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
 
 class YamlLimitError(yaml.YAMLError):
     """The document is over one of the limits (or has a recursive alias)."""
+
+
+class DuplicateKeyError(yaml.YAMLError):
+    """A mapping holds the same key twice."""
 
 
 def _where(mark: Any) -> str:
@@ -94,6 +105,21 @@ class BoundedSafeLoader(yaml.SafeLoader):
             self._depth -= 1
             self._open_anchors.discard(anchor)
 
+    def compose_mapping_node(self, anchor: Any) -> Node:
+        node = super().compose_mapping_node(anchor)
+        seen: dict[Any, Any] = {}
+        for key_node, _ in node.value:
+            if not isinstance(key_node, ScalarNode) or key_node.tag == _MERGE_TAG:
+                continue  # merges may override; a list or mapping key fails later anyway
+            key = (key_node.tag, self.construct_object(key_node))
+            if key in seen:
+                raise DuplicateKeyError(
+                    f"duplicate key {key_node.value!r} at {_where(seen[key])} and again at "
+                    f"{_where(key_node.start_mark)}: YAML would silently keep only the last "
+                    "value; remove one of them")
+            seen[key] = key_node.start_mark
+        return node
+
 
 def load_yaml(data: bytes, source: str) -> Any:
     """The value of the YAML document ``data``; ``ValueError`` naming ``source`` and the
@@ -105,17 +131,31 @@ def load_yaml(data: bytes, source: str) -> Any:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ValueError(f"{source}: not UTF-8 text: {exc}") from None
-    loader = BoundedSafeLoader(text)
+    try:
+        loader = BoundedSafeLoader(text)  # its reader refuses NUL and control characters here
+    except yaml.reader.ReaderError as exc:
+        raise ValueError(f"{source}: not valid YAML: {_reader_problem(exc, text)}") from None
     try:
         return loader.get_single_data()
     except YamlLimitError as exc:
         raise ValueError(f"{source}: YAML over the limits: {exc}") from None
+    except DuplicateKeyError as exc:
+        raise ValueError(f"{source}: {exc}") from None
     except (yaml.YAMLError, ValueError) as exc:  # ValueError: an integer over 4,300 digits
         raise ValueError(f"{source}: not valid YAML: {exc}") from None
     except RecursionError:  # not reachable within MAX_DEPTH; kept as a last line
         raise ValueError(f"{source}: not valid YAML: nested too deeply") from None
     finally:
         loader.dispose()
+
+
+def _reader_problem(exc: yaml.reader.ReaderError, text: str) -> str:
+    """YAML's reader error as the character and its line and column (it gives a position)."""
+    before = text[:exc.position]
+    line, column = before.count("\n") + 1, exc.position - (before.rfind("\n") + 1) + 1
+    char = exc.character if isinstance(exc.character, int) else ord(str(exc.character)[:1] or "\0")
+    return (f"character #x{char:04x} at line {line}, column {column} is not allowed in YAML "
+            "(a NUL or control character: the file is binary or damaged)")
 
 
 def read_yaml_file(path: str) -> Any:

@@ -22,8 +22,9 @@ the runner's modules at the newest Beam release that resolves (``JAVA_FALLBACK``
 a launcher jar whose manifest lists them. ``SOURCE`` in the part's folder says which.
 
 A Flink or Spark job is several Beam pipelines (one per stage, several for near-dedup).
-Beam's runners start a job server JVM for each pipeline; ``shared_job_server`` starts
-one for the whole job instead and points every pipeline at it (``--job_endpoint``).
+Beam's runners start a job server JVM for each pipeline; ``shared_job_server``
+(``pipelines.job_servers``) starts one for the whole job instead and points every
+pipeline at it (``--job_endpoint``).
 """
 
 from __future__ import annotations
@@ -40,9 +41,11 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Optional, Sequence
+from typing import Optional, Sequence
 
 import apache_beam as beam
+
+from pipelines.job_servers import child_pids, shared_job_server  # noqa: F401 (shared_job_server: re-exported)
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -356,89 +359,7 @@ def fetch(part: str, cache: Optional[Path] = None, force: bool = False) -> Path:
     return final
 
 
-# --- running: one job server per job, an SDK worker pool -----------------------------
-
-class _JavaErrorsOnly(logging.Filter):
-    """The job server's output, which Beam logs line by line at INFO: only its errors
-    (raised to WARNING) unless this logger is set to DEBUG."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if logging.getLogger("tokenfactory.jobserver").isEnabledFor(logging.DEBUG):
-            return True
-        text = record.getMessage()
-        if " ERROR " in text or "Exception" in text:
-            record.levelno, record.levelname = logging.WARNING, "WARNING"
-            return True
-        return False
-
-
-@contextlib.contextmanager
-def shared_job_server(options: beam.options.pipeline_options.PipelineOptions) -> Iterator[None]:
-    """While open, every pipeline built with ``options`` goes to one job server.
-
-    Only for Flink and Spark runs that would start a local job server jar themselves
-    (no ``--job_endpoint``, no uber-jar submission); anything else is left as it is.
-    The server, its artifact folder and the embedded cluster go away on exit.
-    """
-    from apache_beam.options.pipeline_options import (
-        FlinkRunnerOptions, JobServerOptions, PortableOptions, SparkRunnerOptions, StandardOptions)
-    from apache_beam.portability.api import beam_job_api_pb2_grpc
-    from apache_beam.utils import subprocess_server
-
-    runner = str(options.view_as(StandardOptions).runner or "")
-    portable = options.view_as(PortableOptions)
-    server = None
-    if not portable.job_endpoint and runner in ("FlinkRunner", "SparkRunner"):
-        if runner == "FlinkRunner" and not options.view_as(FlinkRunnerOptions).flink_submit_uber_jar:
-            from apache_beam.runners.portability.flink_runner import FlinkJarJobServer
-
-            server, extra_jvm = FlinkJarJobServer(options), []
-        elif runner == "SparkRunner" and not options.view_as(SparkRunnerOptions).spark_submit_uber_jar:
-            from apache_beam.runners.portability.spark_runner import (
-                SPARK_JAR_JOB_SERVER_JVM_ARGS, SparkJarJobServer)
-
-            server, extra_jvm = SparkJarJobServer(options), list(SPARK_JAR_JOB_SERVER_JVM_ARGS)
-    if server is None:
-        yield
-        return
-    job_options = options.view_as(JobServerOptions)
-    jar = server.local_jar(server.path_to_jar(), job_options.jar_cache_dir)
-    artifacts = tempfile.mkdtemp(prefix="tokenfactory-artifacts-")
-    port, = subprocess_server.pick_port(None)
-    jvm = list(job_options.job_server_jvm_properties or []) + extra_jvm
-    cmd = ([job_options.job_server_java_launcher] + jvm + ["-jar", jar]
-           + [str(a) for a in server.java_arguments(port, 0, 0, artifacts)])
-    logger = logging.getLogger("tokenfactory.jobserver")
-    if not logger.filters:
-        logger.addFilter(_JavaErrorsOnly())
-    process = subprocess_server.SubprocessServer(beam_job_api_pb2_grpc.JobServiceStub, cmd,
-                                                 port=port, logger=logger)
-    _LOGGER.info("%s: one job server for the whole job at localhost:%d", runner, port)
-    process.start()
-    portable.job_endpoint = f"localhost:{port}"
-    try:
-        yield
-    finally:
-        portable.job_endpoint = None
-        process.stop()
-        shutil.rmtree(artifacts, ignore_errors=True)
-
-
-def child_pids(pid: int) -> list[int]:
-    """The live child processes of ``pid`` (Linux ``/proc``)."""
-    children = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()
-        if int(fields[1]) == pid and fields[0] != "Z":
-            children.append(int(entry))
-    return children
-
+# --- running: an SDK worker pool (one job server per job: pipelines.job_servers) -------
 
 class WorkerPool:
     """An SDK worker pool on 127.0.0.1 (``python -m pipelines.worker_pool``: Beam's

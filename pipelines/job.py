@@ -17,10 +17,12 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from apache_beam.runners.runner import PipelineResult
 
+from pipelines import interrupts
 from pipelines.beam_runs import counter_totals, run_pipeline
 from pipelines.config import JobConfig, configure_filesystems
-from pipelines.engines import shared_job_server
+from pipelines.job_servers import shared_job_server
 from pipelines.lease import OutputLease, store_for
+from pipelines.preflight import check_runner, probe_output
 from pipelines.progress import ProgressLine
 from pipelines.stage_specs import StageSpec, plan_stage, spec_of
 from pipelines.stages import StagePlan
@@ -218,15 +220,35 @@ class StageFailed(RuntimeError):
         self.reports = reports
 
 
+class JobInterrupted(Exception):
+    """A signal (Ctrl-C, ``kill``) ended the run during ``stage``; ``finished`` are the
+    stages that ended before it (run or resumed), whose outputs and manifests stay."""
+
+    def __init__(self, stage: str, finished: Sequence[str]) -> None:
+        super().__init__(f"interrupted in stage {stage}")
+        self.stage, self.finished = stage, tuple(finished)
+
+
+def stop_if_interrupted(stage: str, reports: Sequence[StageReport]) -> None:
+    """``JobInterrupted`` if a signal interrupted the run (``pipelines.interrupts``)."""
+    if interrupts.received() is not None:
+        _LOGGER.debug("stage %s interrupted", stage, exc_info=True)
+        raise JobInterrupted(stage, [r.stage for r in reports]) from None
+
+
 def run_job(config: JobConfig, cli_args: Sequence[str] = (), force: bool = False,
             show_progress: bool = False, break_lease: bool = False) -> list[StageReport]:
     """Runs the config's stages in order; returns one report per stage. A stage that
     raises ends the job with ``StageFailed`` (the stages before it keep their outputs
     and manifests, so a rerun resumes after them); another live run on the same output
     ends it with ``LeaseHeld`` before any stage, unless ``break_lease`` (its lease is
-    taken, its owner logged)."""
+    taken, its owner logged), and so does a ``ConfigError`` for a runner Beam does not
+    know or an output this user cannot write. A signal during a stage ends it with
+    ``JobInterrupted`` once the lease and the job server are released."""
     options = pipeline_options(config, cli_args)
+    check_runner(options)  # ConfigError before the lease: a misspelt runner fails no stage
     configure_filesystems(config, cli_args)  # the driver's own reads and writes of the output
+    probe_output(config.output)  # ConfigError: an output this user cannot write
     reports: list[StageReport] = []
     # one run per output (LeaseHeld before anything is touched); a lost lease stops the
     # job at the next stage boundary
@@ -243,7 +265,11 @@ def run_job(config: JobConfig, cli_args: Sequence[str] = (), force: bool = False
                 raise StageFailed(stage, exc, reports + [exc.report],
                                   str(options.view_as(StandardOptions).runner)) from exc
             except Exception as exc:
+                stop_if_interrupted(stage, reports)  # Beam turns the signal's exit into a RuntimeError
                 _LOGGER.error("stage %s failed", stage, exc_info=True)
                 raise StageFailed(stage, exc, reports,
                                   str(options.view_as(StandardOptions).runner)) from exc
+            except BaseException:
+                stop_if_interrupted(stage, reports)
+                raise
     return reports

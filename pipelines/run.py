@@ -5,7 +5,9 @@ Exit status: 0 when every stage ran (or was resumed) and its counts reconcile,
 1 when a stage does not reconcile or fails (the stages before it keep their outputs and
 resume on the next run), 2 on a configuration error or when another live run holds the
 output (``<output>/_lease.json``; nothing ran; ``--break-lease`` takes it anyway and logs
-the owner it broke). Log lines and messages mask URL credentials and secret option values.
+the owner it broke), 130 after Ctrl-C and 143 after ``kill`` (one line: the stage, what
+is kept, the command that resumes). Log lines and messages mask URL credentials and
+secret option values.
 """
 
 from __future__ import annotations
@@ -14,22 +16,23 @@ import argparse
 import contextlib
 import logging
 import os
+import shlex
 import signal
 import sys
 import tempfile
-import threading
 from pathlib import Path
-from typing import Iterator, Optional, Sequence, TextIO
+from typing import Optional, Sequence, TextIO
 
+from pipelines import interrupts
 from pipelines.config import ConfigError, JobConfig, load_config
 from pipelines.engines import (ENGINES, POOL_FROM_BYTES, SDK_WORKER_CHOICES, EngineMissing, WorkerPool,
                                engine_args, sdk_workers_for)
-from pipelines.job import StageFailed, StageReport, run_job
+from pipelines.job import JobInterrupted, StageFailed, StageReport, run_job
 from pipelines.lease import LeaseHeld
 from pipelines.manifest import read_manifest
 from pipelines.memory import cap_malloc_arenas, worker_environment
 from pipelines.stage_specs import STAGE_SPECS, spec_of
-from storage.redact import redact_text, redact_url
+from storage.redact import MASK, SECRET_NAME, redact_text, redact_url
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -161,30 +164,52 @@ def _stderr(text: str) -> None:
     sys.stderr.write(redact_text(text))
 
 
-def _terminated(signum: int, frame: object) -> None:
-    raise SystemExit(128 + signum)
+def resume_command(argv: Sequence[str]) -> str:
+    """The command that resumes this run: the same arguments without ``--force`` (which
+    would run the finished stages again), secrets masked as in every message
+    (``storage.redact``: URL credentials, the values of secret options in both forms)."""
+    words, mask_next = [], False
+    for arg in argv:
+        if mask_next and not arg.startswith("-"):
+            words.append(MASK)
+            mask_next = False
+            continue
+        mask_next = arg.startswith("-") and "=" not in arg and bool(SECRET_NAME.search(arg))
+        if arg != "--force":
+            words.append(redact_text(arg))
+    python = sys.executable or "python"
+    if os.path.abspath(python).startswith(os.getcwd() + os.sep):
+        python = os.path.relpath(python)
+    return shlex.join([python, "-m", "pipelines.run", *words])
 
 
-@contextlib.contextmanager
-def exit_cleanly_on_sigterm() -> Iterator[None]:
-    """While open, SIGTERM (``kill``, a scheduler, a CI timeout) ends the run as Ctrl-C
-    does: the ``with`` blocks unwind, so the worker pool and the job server JVM this run
-    started stop with it. Python's default action ends the process at once, and both were
-    left running under init (seen: a killed 3M Spark run left a 2.5 GB JVM and its pool).
-    The previous handler comes back on exit (``main`` also runs inside other programs)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGTERM, _terminated)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+def interrupted_line(argv: Sequence[str], stage: Optional[str], finished: Sequence[str]) -> str:
+    """The one line a run ends with after Ctrl-C or ``kill``: where it was, what is kept,
+    and the command that resumes."""
+    name = {signal.SIGINT: "", signal.SIGTERM: " (SIGTERM)"}.get(interrupts.received(), "")
+    if stage is None:
+        return (f"interrupted{name} while no stage was running (finished stages keep their outputs); "
+                f"run again with: {resume_command(argv)}")
+    kept = (f"outputs of finished stages ({', '.join(finished)}) are kept" if finished
+            else "no stage had finished")
+    return f"interrupted{name} in stage {stage}: {kept}; resume with: {resume_command(argv)}"
 
 
 def main(argv: Optional[Sequence[str]] = None, out: TextIO = sys.stdout) -> int:
-    with exit_cleanly_on_sigterm():
-        return _main(argv, out)
+    """Runs the command; after Ctrl-C (or ``kill``) the run unwinds (lease, job server,
+    worker pool released) and ends with one line and exit 128 + the signal's number
+    (``pipelines.interrupts``)."""
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    with interrupts.handled():
+        try:
+            return _main(arguments, out)
+        except JobInterrupted as stopped:
+            _stderr(interrupted_line(arguments, stopped.stage, stopped.finished) + "\n")
+        except BaseException:
+            if interrupts.received() is None:
+                raise
+            _stderr(interrupted_line(arguments, None, ()) + "\n")
+    return interrupts.exit_code()
 
 
 def _main(argv: Optional[Sequence[str]], out: TextIO) -> int:
@@ -243,6 +268,9 @@ def _run(args: argparse.Namespace, config: JobConfig, beam_args: list[str], out:
     except LeaseHeld as held:
         _stderr(f"output in use: {held}\nnothing ran\n")
         return 2
+    except ConfigError as exc:  # the runner's name, an output this user cannot write
+        _stderr(f"config error: {exc}\nnothing ran\n")
+        return 2
     except StageFailed as failed:  # the traceback is in the log above
         if failed.reports:
             out.write("\n" + format_table(failed.reports) + "\n")
@@ -260,4 +288,6 @@ def _run(args: argparse.Namespace, config: JobConfig, beam_args: list[str], out:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    interrupts.stay_quiet()  # the interpreter's end after Ctrl-C prints nothing either
+    sys.exit(code)

@@ -30,6 +30,7 @@ from pipelines.engines import WorkerPool, engine_args, shared_job_server
 from pipelines.run import main
 from tests.enginejob import EngineJob, differences, write_engine_job
 from tests.httpsite import Site
+from tests.interruptjob import STAGES, interrupt_run, write_dedup_job
 from transforms.dedup.dedup import DedupConfig
 
 pytestmark = [pytest.mark.engines, pytest.mark.slow]
@@ -265,3 +266,24 @@ def test_written_rows_stay_in_the_sdk_worker_on_flink(tmp_path, monkeypatch):
             assert sum(pq.ParquetFile(f).metadata.num_rows for f in glob.glob(f"{tmp_path / writer}/*.parquet")) == 20_000
     assert crossed["beam"] >= rows_bytes, crossed
     assert crossed["ours"] < 100_000, crossed
+
+
+@pytest.mark.parametrize("engine", ["spark", "prism"])
+def test_ctrl_c_on_an_engine_ends_with_one_line_and_stops_the_job_server(tmp_path, engine):
+    """Ctrl-C (SIGINT to the process group, the job server JVM or Prism included) while
+    dedup_minhash runs: exit 130, one line with the stage and the command that resumes,
+    no Python or Java traceback, no process of the run left (issue 36, item 13; before,
+    on Spark: 162 lines and no resume hint; on Prism, Beam's own SIGINT handler stopped
+    Prism first and the SDK harness logged 2 tracebacks)."""
+    config = write_dedup_job(tmp_path)
+    argv = ["--config", config, "--stages", STAGES, "--no-progress", "--no-report", "--log-level", "WARNING",
+            "--engine", engine]
+    ended = interrupt_run(argv, tmp_path / "out" / "work" / "dedup_minhash")
+    assert ended.returncode == 130, ended.stderr[-3000:]
+    after = ended.stderr.split("Waiting for grpc channel to be ready")[-1]  # Beam's start-up warnings before
+    assert "Traceback" not in ended.stderr and "Exception" not in after and "\tat " not in ended.stderr, ended.stderr
+    assert ended.stderr.splitlines()[-1].startswith(
+        "interrupted in stage dedup_minhash: outputs of finished stages (extract, dedup_exact) are kept; "
+        "resume with: "), ended.stderr[-3000:]
+    assert ended.left == [], f"processes of the run still alive (the job server?): {ended.left}"
+    assert not (tmp_path / "out" / "_lease.json").exists()

@@ -162,6 +162,7 @@ def test_missing_or_corrupt_model_fails_before_the_pipeline(tmp_path):
 # ---------------------------------------------------------------- inputs inside the output (issue 13.5)
 
 import json  # noqa: E402
+import re  # noqa: E402
 import math  # noqa: E402
 import os  # noqa: E402
 
@@ -440,3 +441,204 @@ def test_outputs_with_glob_characters_in_their_names(tmp_path):
     out = tmp_path / "run[1]"
     assert input_problem(f"{out}/docs/extract/*.parquet", str(out))
     assert not input_problem(f"{tmp_path}/run1/docs/extract/*.parquet", str(out))
+
+
+# ---------------------------------------------------------------- duplicate keys, system outputs (issue 36.8)
+
+def test_a_key_given_twice_is_refused_with_both_lines(tmp_path):
+    """The red team's config: a second ``output: /etc`` further down. PyYAML kept the last
+    value silently and the job wrote 11 files into /etc."""
+    path = write(tmp_path, good(tmp_path) + "extract:\n  min_chars: 5\noutput: /etc\n")
+    with pytest.raises(ConfigError, match=r"duplicate key 'output' at line 2, column 1 and again at "
+                                          r"line 8, column 1: YAML would silently keep only the last"):
+        load_config(path)
+    with pytest.raises(ConfigError, match=r"duplicate key 'min_chars' at line 7, column 3"):
+        load_config(write(tmp_path, good(tmp_path) + "extract:\n  min_chars: 5\n  min_chars: 6\n"))
+    with pytest.raises(ConfigError, match=r"duplicate key 'output'"):  # quoted or not, the same key
+        load_config(write(tmp_path, good(tmp_path) + "'output': /tmp/x\n"))
+    warc = shared("warc", "warcio_example.warc.gz")
+    merged = (f"output: {tmp_path / 'out'}\ninputs:\n  - &in {{format: warc, path: {warc}}}\n"
+              f"  - {{<<: *in, format: warc}}\n")  # a merge's key may be overridden: YAML's intent
+    assert [i.format for i in load_config(write(tmp_path, merged)).inputs] == ["warc", "warc"]
+
+
+def test_a_duplicate_key_on_the_command_line_path_exits_2_and_writes_nothing(tmp_path, capsys):
+    first, second = tmp_path / "first", tmp_path / "second"
+    path = write(tmp_path, good(tmp_path).replace(str(tmp_path / "out"), str(first)) + f"output: {second}\n")
+    assert main(["--config", path, "--runner=FnApiRunner", "--no-progress", "--no-report"]) == 2
+    assert "config error" in capsys.readouterr().err
+    assert not first.exists() and not second.exists()
+
+
+@pytest.mark.parametrize("output,message", [
+    ("/", "is the system folder /:"),
+    ("/etc", "is the system folder /etc:"),
+    ("/etc/", "is the system folder /etc:"),
+    ("/usr/../etc", "is the system folder /etc:"),
+    ("{tmp}/etc-link", "is the system folder /etc:"),
+    ("/usr", "is the system folder /usr"),
+    ("/bin", "is the system folder"),
+    ("/sbin", "is the system folder"),
+    ("/lib", "is the system folder"),
+    ("/var", "is the system folder /var:"),
+    ("/boot", "is the system folder /boot:"),
+    ("/dev", "is the system folder /dev:"),
+    ("/proc", "a pseudo filesystem"),
+    ("/proc/self/out", "a pseudo filesystem"),
+    ("/sys", "a pseudo filesystem"),
+    ("/sys/kernel/out", "a pseudo filesystem"),
+    ("~", "is a home folder"),
+    ("~/", "is a home folder"),
+    ("/root", "is a home folder"),
+    ("/home/someone", "is a home folder (/home/someone)"),
+    ("/home/someone/", "is a home folder (/home/someone)"),
+])
+def test_system_and_home_folders_are_not_outputs(tmp_path, output, message):
+    os.symlink("/etc", tmp_path / "etc-link")
+    with pytest.raises(ConfigError, match=r"output: .*" + re.escape(message)):
+        load_config(write(tmp_path, good(tmp_path)), output=output.format(tmp=tmp_path))
+
+
+@pytest.mark.parametrize("output", ["/home/someone/out", "/tmp/tf-job", "/var/tmp/tf-job", "/usr/local/data/job",
+                                    "{tmp}/out", "relative/out", "s3://bucket/etc", "s3://bucket"])
+def test_folders_below_system_and_home_folders_are_outputs(tmp_path, output):
+    config = load_config(write(tmp_path, good(tmp_path)), output=output.format(tmp=tmp_path))
+    assert config.output == output.format(tmp=tmp_path)
+
+
+def test_a_home_relative_output_is_expanded(tmp_path):
+    """Beam's filesystems and the lease took ``~/out`` as it is: a folder named ``~`` in
+    the working directory."""
+    config = load_config(write(tmp_path, good(tmp_path)), output="~/tf-out")
+    assert config.output == os.path.join(os.path.expanduser("~"), "tf-out")
+
+
+# ---------------------------------------------------------------- reader errors (issue 36.10)
+
+@pytest.mark.parametrize("data,where", [
+    (b"output: /tmp/x\x00\n", "character #x0000 at line 1, column 15"),
+    (b"output: /tmp/x\ninputs: []\n\x00\x00\x00", "character #x0000 at line 3, column 1"),
+    (b"output: /tmp/x\n\x07inputs: []\n", "character #x0007 at line 2, column 1"),
+    (b"\x1b[31moutput: /tmp/x\n", "character #x001b at line 1, column 1"),
+])
+def test_nul_and_control_characters_are_config_errors(tmp_path, capsys, data, where):
+    path = tmp_path / "job.yaml"
+    path.write_bytes(data)
+    with pytest.raises(ConfigError, match=rf"{re.escape(str(path))}: not valid YAML: {where} is not allowed"):
+        load_config(str(path))
+    assert main(["--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("config error: ") and "Traceback" not in err and len(err.splitlines()) == 1
+
+
+# ---------------------------------------------------------------- field names on the first record (issue 36.12)
+
+from pipelines.config_inputs import FIELD_CHECK_FILES  # noqa: E402
+from tests.s3server import s3_endpoint, s3_env  # noqa: E402,F401  (fixtures)
+
+FIELD_DOCS = [{"doc_id": f"d{i}", "content": f"Document number {i} says something. " * 3,
+               "meta": {"url": f"https://example.org/{i}", "lang": "en"}} for i in range(187)]
+
+
+def write_docs(path: Path, docs: list[dict] = FIELD_DOCS, head: str = "") -> Path:
+    """``docs`` as JSONL (plain or compressed by the suffix) or Parquet (``meta`` a struct)."""
+    import bz2
+    import gzip
+    import lzma
+
+    import zstandard
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.suffix == ".parquet":
+        pq.write_table(pa.Table.from_pylist(docs), path)
+        return path
+    data = (head + "".join(json.dumps(d) + "\n" for d in docs)).encode()
+    pack = {".gz": gzip.compress, ".bz2": bz2.compress, ".xz": lzma.compress,
+            ".zst": zstandard.ZstdCompressor().compress}.get(path.suffix, lambda b: b)
+    path.write_bytes(pack(data))
+    return path
+
+
+def fields_job(tmp_path: Path, pattern: str, fmt: str = "jsonl", fields: str = "") -> str:
+    return write(tmp_path, f"output: {tmp_path / 'out'}\ninputs:\n  - {{format: {fmt}, path: \"{pattern}\"{fields}}}\n"
+                           "beam_args: ['--runner=FnApiRunner']\n")
+
+
+def test_a_wrong_text_field_is_refused_before_extract_runs(tmp_path, capsys):
+    """The red team's case: ``text_field`` left at ``text`` for records that hold
+    ``content``; before, extract ran and failed record by record (exit 1)."""
+    data = write_docs(tmp_path / "docs.jsonl")
+    config = fields_job(tmp_path, str(data))
+    assert main(["--config", config, "--no-progress", "--no-report", "--log-level", "WARNING"]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"config error: {config}: inputs[0].text_field: 'text' is not a field of the first record of "
+                   f"{data} (line 1), whose fields are: doc_id, content, meta; set text_field to the field that "
+                   "holds the text\n")
+    assert not (tmp_path / "out").exists()
+    config = fields_job(tmp_path, str(data), fields=", text_field: content, id_field: doc_id, url_field: meta.url")
+    assert main(["--config", config, "--no-progress", "--no-report", "--log-level", "WARNING"]) == 0
+    counts = json.loads((tmp_path / "out" / "manifests" / "extract.json").read_text())["counts"]
+    assert (counts["records_in"], counts["failed"]) == (187, 0)
+
+
+@pytest.mark.parametrize("name", ["docs.jsonl", "docs.jsonl.gz", "docs.jsonl.zst", "docs.jsonl.bz2", "docs.jsonl.xz",
+                                  "docs.parquet"])
+@pytest.mark.parametrize("fields,message", [
+    (", text_field: body", r"inputs\[0\]\.text_field: 'body' is not a field of .*, whose fields are: doc_id, "
+                           r"content, meta; set text_field to the field that holds the text$"),
+    (", text_field: content, id_field: docid", r"inputs\[0\]\.id_field: 'docid' is not a field .*: doc_id, content, "
+                                            r"meta; set id_field to .* \(or leave id_field out"),
+    (", text_field: content, url_field: meta.uri", r"inputs\[0\]\.url_field: 'meta\.uri' is not a field .* are: "
+                                                   r"doc_id, content, meta; meta: meta\.lang, meta\.url; set url_field"),
+    (", text_field: meta.url.text", r"text_field: 'meta\.url\.text' .* meta; meta\.url: not an object; set"),
+    (", text_field: content.text", r"text_field: 'content\.text' .* meta; content: not an object; set"),
+])
+def test_field_names_are_checked_in_every_format(tmp_path, name, fields, message):
+    data = write_docs(tmp_path / name)
+    where = "the schema of" if name.endswith(".parquet") else "the first record of"
+    fmt = "parquet" if name.endswith(".parquet") else "jsonl"
+    with pytest.raises(ConfigError, match=message) as err:
+        load_config(fields_job(tmp_path, str(data), fmt, fields))
+    assert f"is not a field of {where} {data}" in str(err.value)
+
+
+@pytest.mark.parametrize("name", ["docs.jsonl.gz", "docs.parquet"])
+def test_fields_the_records_have_pass(tmp_path, name):
+    data = write_docs(tmp_path / name)
+    fmt = "parquet" if name.endswith(".parquet") else "jsonl"
+    config = load_config(fields_job(tmp_path, str(data), fmt, ", text_field: content, id_field: doc_id, "
+                                                              "url_field: meta.url, lang_field: meta.language"))
+    assert config.inputs[0].url_field == "meta.url"  # lang is counted when missing, not checked
+
+
+def test_every_matched_file_is_checked_up_to_the_limit(tmp_path):
+    good_docs = [{"text": "t", **d} for d in FIELD_DOCS[:3]]
+    for i in range(FIELD_CHECK_FILES + 2):
+        write_docs(tmp_path / "in" / f"part-{i:03d}.jsonl", good_docs)
+    write_docs(tmp_path / "in" / "part-001.jsonl")  # the second file lacks text
+    with pytest.raises(ConfigError, match=r"'text' is not a field of the first record of .*part-001\.jsonl"):
+        load_config(fields_job(tmp_path, f"{tmp_path}/in/*.jsonl"))
+    write_docs(tmp_path / "in" / "part-001.jsonl", good_docs)
+    write_docs(tmp_path / "in" / f"part-{FIELD_CHECK_FILES:03d}.jsonl")  # past the limit: the reader's to fail
+    assert len(load_config(fields_job(tmp_path, f"{tmp_path}/in/*.jsonl")).inputs) == 1
+
+
+def test_blank_lines_are_skipped_and_an_unparsable_first_line_is_left_to_the_reader(tmp_path):
+    data = write_docs(tmp_path / "docs.jsonl", head="\n  \n")
+    with pytest.raises(ConfigError, match=r"first record of .*docs\.jsonl \(line 3\)"):
+        load_config(fields_job(tmp_path, str(data)))
+    data = write_docs(tmp_path / "broken.jsonl", head="{broken\n")  # a failed/ record with its offset
+    assert load_config(fields_job(tmp_path, str(data), fields=", text_field: body")).inputs
+
+
+def test_remote_inputs_are_checked_too(tmp_path, s3_env):  # noqa: F811
+    import boto3
+
+    data = write_docs(tmp_path / "docs.jsonl.gz")
+    client = boto3.client("s3")
+    client.create_bucket(Bucket="fields")
+    client.upload_file(str(data), "fields", "dolma/docs-0000.jsonl.gz")
+    with pytest.raises(ConfigError, match=r"'text' is not a field of the first record of "
+                                          r"s3://fields/dolma/docs-0000\.jsonl\.gz \(line 1\), whose fields are: "
+                                          r"doc_id, content, meta"):
+        load_config(fields_job(tmp_path, "s3://fields/dolma/*.jsonl.gz"))

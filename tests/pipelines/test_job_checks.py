@@ -15,8 +15,10 @@ from pipelines.run import main
 
 def jsonl_config(tmp_path: Path, text_field: str, max_error_ratio: float = 0.05, lines: int = 50) -> str:
     data = tmp_path / "docs.jsonl"
-    data.write_text("".join(json.dumps({"id": f"d{i}", "text": f"Document number {i} has some words."}) + "\n"
-                            for i in range(lines)))
+    # "body" is in every record but not a string: with text_field: body every record fails
+    # in the reader (a field missing from the first record is a config error, test_config.py)
+    data.write_text("".join(json.dumps({"id": f"d{i}", "text": f"Document number {i} has some words.", "body": i})
+                            + "\n" for i in range(lines)))
     config = tmp_path / "job.yaml"
     config.write_text(f"""
 output: {tmp_path / 'out'}

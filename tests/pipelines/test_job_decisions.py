@@ -537,13 +537,6 @@ def test_the_command_line_flags_and_their_defaults():
     assert usage.value.code == 2
 
 
-@pytest.mark.parametrize("signum,code", [(15, 143), (2, 130)])
-def test_a_signal_ends_the_run_with_128_plus_its_number(signum, code):
-    with pytest.raises(SystemExit) as ended:
-        run._terminated(signum, None)
-    assert ended.value.code == code
-
-
 def test_run_prints_where_the_review_queue_is(tmp_path, monkeypatch):
     from pipelines.manifest import Manifest, write_manifest
 
