@@ -136,7 +136,8 @@ def _extract_inputs(config: JobConfig) -> list[tuple[str, FileRef]]:
         pattern = FileSystems.join(config.output, "crawl", "warc", "*.warc.gz")
         metadata = FileSystems.match([pattern])[0].metadata_list
         files.extend(
-            ("warc", FileRef(url=m.path, size=m.size_in_bytes, version=str(m.last_updated_in_seconds)))
+            ("warc", FileRef(url=m.path, size=m.size_in_bytes, version=str(m.last_updated_in_seconds),
+                             id_source="crawl/warc/" + m.path.replace("\\", "/").rsplit("/", 1)[-1]))
             for m in sorted(metadata, key=lambda m: m.path)
             if not m.path.rsplit("/", 1)[-1].startswith(".")
         )

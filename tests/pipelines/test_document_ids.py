@@ -14,7 +14,7 @@ import pytest
 
 from pipelines.manifest import read_manifest
 from pipelines.run import main
-from transforms.doc import Doc, document_id, stable_id
+from transforms.doc import Doc, RawRecord, document_id, stable_id
 from transforms.extract.extract import record_doc_id
 from transforms.readers.tabular import TextFields, iter_jsonl, iter_parquet
 
@@ -180,3 +180,23 @@ def test_earlier_runs_documents_never_merge_into_one_node():
     two = earlier_run_key(("s3://b/idx/run-2/part-3.parquet", row))
     assert one == (b"k", "0x |run-1:7") and two == (b"k", "0x |run-2:7")
     assert earlier_run_key(("C:\\idx\\run-3\\part-0.parquet", row))[1] == "0x |run-3:7"
+
+
+def test_the_crawls_warc_files_give_ids_that_do_not_name_the_output():
+    """The crawl's WARC files live under the output; their documents' ids come from their
+    name there (``crawl/warc/<file>``), so an output moved elsewhere keeps its ids."""
+    from tests.conftest import shared
+    from transforms.readers.files import FileRef, match_pattern
+    from transforms.readers.inputs import _ReadInputFn
+    from transforms.readers.warc import WarcLimits
+
+    ref = match_pattern(str(shared("warc") / "dolma_sample-0000.warc.gz"))[0]
+    reader = _ReadInputFn("extract", WarcLimits(), {})
+    reader.setup()
+    name = "crawl/warc/" + ref.url.rsplit("/", 1)[-1]
+    named = [r for r in reader.process(("warc", FileRef(ref.url, ref.size, ref.version, id_source=name)))
+             if isinstance(r, RawRecord)]
+    plain = [r for r in reader.process(("warc", ref)) if isinstance(r, RawRecord)]
+    assert len(named) == len(plain) > 5 and all(r.record_id for r in named)
+    assert [r.doc_id for r in named] == [document_id(name, r.offset, r.record_id) for r in plain]
+    assert [record_doc_id(r) for r in plain] == [document_id(ref.url, r.offset, r.record_id) for r in plain]

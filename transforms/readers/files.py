@@ -7,6 +7,8 @@ and the matched files are reshuffled, so many files spread across workers.
 
 from __future__ import annotations
 
+import dataclasses
+
 import io
 import logging
 import os
@@ -32,6 +34,9 @@ class FileRef:
     version: str = ""  # mtime, ETag or "" — part of the resume fingerprint
     start: int = 0
     end: int = -1
+    # the name document ids are derived from ("": ``url``): a file the job wrote itself (the
+    # crawl's WARC files) is named relative to the output, so moving the output keeps its ids
+    id_source: str = ""
 
     @property
     def span(self) -> int:
@@ -53,7 +58,7 @@ def split_ranges(ref: FileRef, split_bytes: int) -> list[FileRef]:
         raise ValueError(f"split_bytes must be > 0, got {split_bytes}")
     if ref.size <= split_bytes or ref.url.lower().endswith(COMPRESSED_SUFFIXES):
         return [ref]
-    return [FileRef(ref.url, ref.size, ref.version, start, min(start + split_bytes, ref.size))
+    return [dataclasses.replace(ref, start=start, end=min(start + split_bytes, ref.size))
             for start in range(0, ref.size, split_bytes)]
 
 

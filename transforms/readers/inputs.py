@@ -10,6 +10,7 @@ into every branch: Beam's Flink runner then keeps the counters of only one of th
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 from typing import Any, Iterable, Iterator, Mapping
@@ -20,7 +21,7 @@ from apache_beam.metrics import Metrics
 from transforms.readers.files import FileRef
 from transforms.readers.tabular import TextFields, _ReadTabularFn
 from transforms.readers.warc import WarcLimits, _ReadWarcFn
-from transforms.doc import RawRecord
+from transforms.doc import RawRecord, document_id
 from transforms.routing import FAILED
 
 _LOGGER = logging.getLogger(__name__)
@@ -45,11 +46,19 @@ class _ReadInputFn(beam.DoFn):
     def process(self, item: tuple[str, FileRef]) -> Iterator[Any]:
         fmt, ref = item
         if fmt in WARC_FORMATS:
-            yield from self._warc.process(ref)
+            records = self._warc.process(ref)
         elif fmt in self._tabular:
-            yield from self._tabular[fmt].process(ref)
+            records = self._tabular[fmt].process(ref)
         else:
             raise ValueError(f"{ref.url}: unknown input format {fmt!r}")
+        if not ref.id_source:
+            yield from records
+            return
+        for record in records:  # ids from the file's name in the output, not its place
+            if isinstance(record, RawRecord) and record.record_id:
+                record = dataclasses.replace(record, doc_id=document_id(ref.id_source, record.offset,
+                                                                        record.record_id))
+            yield record
 
 
 def own_id_key(record: RawRecord) -> list[bytes]:
