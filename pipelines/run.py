@@ -32,7 +32,7 @@ from pipelines.lease import LeaseHeld
 from pipelines.manifest import read_manifest
 from pipelines.memory import cap_malloc_arenas, worker_environment
 from pipelines.stage_specs import STAGE_SPECS, spec_of
-from storage.redact import MASK, SECRET_NAME, redact_text, redact_url
+from storage.redact import redact_args, redact_text, redact_url
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -167,16 +167,8 @@ def _stderr(text: str) -> None:
 def resume_command(argv: Sequence[str]) -> str:
     """The command that resumes this run: the same arguments without ``--force`` (which
     would run the finished stages again), secrets masked as in every message
-    (``storage.redact``: URL credentials, the values of secret options in both forms)."""
-    words, mask_next = [], False
-    for arg in argv:
-        if mask_next and not arg.startswith("-"):
-            words.append(MASK)
-            mask_next = False
-            continue
-        mask_next = arg.startswith("-") and "=" not in arg and bool(SECRET_NAME.search(arg))
-        if arg != "--force":
-            words.append(redact_text(arg))
+    (``storage.redact.redact_args``)."""
+    words = [word for word in redact_args(argv) if word != "--force"]
     python = sys.executable or "python"
     if os.path.abspath(python).startswith(os.getcwd() + os.sep):
         python = os.path.relpath(python)

@@ -30,7 +30,7 @@ from typing import Sequence
 
 _LOGGER = logging.getLogger(__name__)
 
-__all__ = ["MASK", "SECRET_NAME", "has_userinfo", "redact_command", "redact_options", "redact_text",
+__all__ = ["MASK", "SECRET_NAME", "has_userinfo", "redact_args", "redact_command", "redact_options", "redact_text",
            "redact_url"]
 
 MASK = "***"
@@ -81,10 +81,10 @@ def redact_text(text: str) -> str:
     return redact_options(redact_url(text))
 
 
-def redact_command(argv: Sequence[str]) -> str:
-    """The command line ``argv`` as one string, secrets masked: URL credentials, the value
-    of a secret ``--name=value`` and the argument after a secret ``--name`` that has no
-    ``=`` (``--s3_secret_access_key SECRET``)."""
+def redact_args(argv: Sequence[str]) -> list[str]:
+    """The arguments ``argv`` with secrets masked: URL credentials, the value of a secret
+    ``--name=value`` and the argument after a secret ``--name`` that has no ``=``
+    (``--s3_secret_access_key SECRET``)."""
     words: list[str] = []
     hide_next = False
     for arg in argv:
@@ -94,4 +94,9 @@ def redact_command(argv: Sequence[str]) -> str:
             continue
         hide_next = arg.startswith("-") and "=" not in arg and bool(SECRET_NAME.search(arg))
         words.append(redact_text(arg))
-    return " ".join(words)
+    return words
+
+
+def redact_command(argv: Sequence[str]) -> str:
+    """The command line ``argv`` as one string, secrets masked (``redact_args``)."""
+    return " ".join(redact_args(argv))

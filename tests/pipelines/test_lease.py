@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import multiprocessing
@@ -11,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -170,22 +172,29 @@ lease.release()
 """
 
 
-def test_pipelines_run_refuses_an_output_in_use_and_takes_a_stale_one(tmp_path, capsys):
-    from pipelines.run import main
-
-    config = _config(tmp_path)
-    out = tmp_path / "out"
+@contextlib.contextmanager
+def held_by_another_process(out: Path) -> Iterator[None]:
+    """While open, a live process (``HOLDER``) holds the lease of output folder ``out``."""
     out.mkdir()
     holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(out / LEASE_NAME)], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[2])
     try:
         assert holder.stdout.readline().strip() == "held"
+        yield
+    finally:
+        holder.communicate("", timeout=60)
+
+
+def test_pipelines_run_refuses_an_output_in_use_and_takes_a_stale_one(tmp_path, capsys):
+    from pipelines.run import main
+
+    config = _config(tmp_path)
+    out = tmp_path / "out"
+    with held_by_another_process(out):
         code = main(["--config", config, "--log-level", "WARNING"], out=io.StringIO())
         err = capsys.readouterr().err
         assert code == 2 and "output in use" in err and "'the other job'" in err and "nothing ran" in err
         assert not (out / "manifests").exists()
-    finally:
-        holder.communicate("", timeout=60)
     # a run killed with -9 leaves its lease behind; after the TTL it is taken over
     dead = Lease(owner="killed", host="h", pid=1, command="kill -9", acquired_at=0, heartbeat_at=0, ttl_s=60)
     (out / LEASE_NAME).write_bytes(dead.encode())
@@ -299,18 +308,12 @@ def test_pipelines_run_break_lease(tmp_path, capsys):
 
     config = _config(tmp_path)
     out = tmp_path / "out"
-    out.mkdir()
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(out / LEASE_NAME)], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[2])
-    try:
-        assert holder.stdout.readline().strip() == "held"
+    with held_by_another_process(out):
         owner = json.loads((out / LEASE_NAME).read_text())["owner"]
         code = main(["--config", config, "--log-level", "WARNING", "--break-lease"], out=io.StringIO())
         err = capsys.readouterr().err
         assert code == 0 and (out / "manifests" / "extract.json").exists()
         assert f"the output: broke the live lease of run {owner[:8]}" in err and "'the other job'" in err
-    finally:
-        holder.communicate("", timeout=60)
 
 
 FSIZE_LIMITED_BEAT = """
