@@ -67,6 +67,47 @@ def test_annotate_and_select_every_hostile_input(clean_models, book):
     assert "\ud800" not in by_id["surrogates"].text
 
 
+def _mixed_language_docs(book: list[str]) -> list[Doc]:
+    """English book chunks, Lingua's sentences of 8 languages in documents of 12, and
+    English pages with a little German mixed in (some below the language threshold)."""
+    docs = [doc(f"en{i}", text) for i, text in enumerate(book[30:50])]
+    for lang in ("de", "fr", "zh", "ja", "ko", "ar", "ru", "es"):
+        lines = shared("langid", "lingua_sentences", f"{lang}.txt").read_text(encoding="utf-8").splitlines()
+        docs += [doc(f"{lang}{i}", "\n".join(lines[i * 12:(i + 1) * 12])) for i in range(4)]
+    de = shared("langid", "lingua_sentences", "de.txt").read_text(encoding="utf-8").splitlines()
+    docs += [doc(f"mix{i}", book[60 + i][:600 * (i + 1)] + "\n" + "\n".join(de[100 + 10 * i:110 + 10 * i + 3 * i]))
+             for i in range(6)]
+    return docs
+
+
+def test_documents_dropped_by_language_get_no_signals_and_the_same_decisions(clean_models, book, monkeypatch):
+    """Issue 37, item 5: signals, segmentation (jieba, kiwi...) and the models are computed
+    only for documents language ID keeps. Every decision and detail equals the one made
+    with everything annotated (the code before), and every kept document is unchanged."""
+    import transforms.clean.clean as clean_module
+
+    cfg = CleanConfig(langid=LangIdConfig(model=clean_models["lid"], languages=("en", "de")),
+                      anomaly=AnomalyConfig(model=clean_models["anomaly"]),
+                      quality=QualityConfig(model=clean_models["quality"]), batch_size=16)
+    models = Models(cfg)
+    docs = _mixed_language_docs(book)
+    lean, _ = annotate(docs, models, cfg)
+    with monkeypatch.context() as m:
+        m.setattr(clean_module, "language_verdict", lambda lang, score, config: None)
+        full, _ = annotate(docs, models, cfg)
+    threshold = models.anomaly.threshold
+    decided = [select(d, cfg, threshold) for d in lean]
+    assert decided == [select(d, cfg, threshold) for d in full]
+    reasons = [v[0] if v else "kept" for v in decided]
+    assert reasons.count("language") >= 20 and reasons.count("lang_score") >= 1 and reasons.count("kept") >= 10
+    for before, after, verdict in zip(full, lean, decided):
+        if verdict is not None and verdict[0] in ("language", "lang_score"):
+            assert after.signals is None and after.anomaly_score is None and after.quality_score is None
+            assert (after.lang, after.lang_score, after.text) == (before.lang, before.lang_score, before.text)
+        else:
+            assert after == before
+
+
 def test_clean_transform_routes_and_counts(clean_models, book, beam_options):
     # Lone surrogates cannot even be encoded between Beam steps (and never leave the
     # extract stage, which normalises text); annotate() handles them (test above).

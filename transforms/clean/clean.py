@@ -14,6 +14,9 @@ Per batch of documents (``BatchElements``; models loaded once per worker through
    after this batch DoFn (on the worker's GPU when it has one) and selection follows it;
 5. the quality classifier (fastText, DCLM recipe) → ``quality_score``.
 
+A document that language ID drops (``language``, ``lang_score``) is annotated with its
+language only: no signals, anomaly or quality scores are computed for it.
+
 Then selection, in this order, each drop with its reason code: ``language``,
 ``lang_score``, the first broken Gopher/C4/FineWeb rule (at the document language's
 thresholds, ``language_rules.py``; for ``rules_languages`` only, default every language),
@@ -173,17 +176,36 @@ def annotate(docs: Sequence[Doc], models: Models, config: CleanConfig,
             pii[2] += ips
         texts.append(text)
     mixes = models.langid.identify(texts)
-    signals = [_signals(t, language_profile(config, mix.lang, t)) for t, mix in zip(texts, mixes)]
-    quality = (models.quality.predict(texts) if models.quality is not None else [None] * len(docs))
+    # a document its language drops gets no signals, scores or segmentation: nothing after
+    # language ID could keep it (jieba on the Chinese pages of an English job was 40% of clean)
+    open_ = [i for i, mix in enumerate(mixes) if language_verdict(mix.lang, mix.score, config) is None]
+    signals: list[Optional[Signals]] = [None] * len(docs)
+    for i in open_:
+        signals[i] = _signals(texts[i], language_profile(config, mixes[i].lang, texts[i]))
+    quality: list[Any] = [None] * len(docs)
+    if models.quality is not None and open_:
+        for i, q in zip(open_, models.quality.predict([texts[i] for i in open_])):
+            quality[i] = float(q)
     annotated = [
         dataclasses.replace(doc, text=text, lang=mix.lang, lang_score=mix.score, lang2=mix.lang2,
-                            lang2_share=mix.lang2_share, signals=sig,
-                            quality_score=None if q is None else float(q))
+                            lang2_share=mix.lang2_share, signals=sig, quality_score=q)
         for doc, text, mix, sig, q in zip(docs, texts, mixes, signals, quality)
     ]
-    if score_anomaly and models.anomaly is not None:
-        annotated = score_docs(annotated, models.anomaly)
+    if score_anomaly and models.anomaly is not None and open_:
+        for i, doc in zip(open_, score_docs([annotated[i] for i in open_], models.anomaly)):
+            annotated[i] = doc
     return annotated, pii
+
+
+def language_verdict(lang: str, score: float, config: CleanConfig) -> Optional[tuple[str, str]]:
+    """(reason, detail) when language ID alone drops a document: a language the job does
+    not keep, or a language score below ``langid.threshold``; None otherwise."""
+    langs = config.langid.languages
+    if langs and lang not in langs:
+        return CleanReason.LANGUAGE.value, f"{lang} ({score:.2f}) not in {list(langs)}"
+    if score < config.langid.threshold:
+        return CleanReason.LANG_SCORE.value, f"{lang} {score:.3f} < {config.langid.threshold}"
+    return None
 
 
 def language_profile(config: CleanConfig, lang: str, text: str) -> Optional[LanguageProfile]:
@@ -206,11 +228,9 @@ def select(doc: Doc, config: CleanConfig, anomaly_threshold: Optional[float]) ->
     """(reason, detail) if the annotated ``doc`` is dropped, else None. The rules are the
     document language's (``language_rules.document_rules``); a detail of a language
     without its own table names the table used."""
-    langs = config.langid.languages
-    if langs and doc.lang not in langs:
-        return CleanReason.LANGUAGE.value, f"{doc.lang} ({doc.lang_score:.2f}) not in {list(langs)}"
-    if doc.lang_score < config.langid.threshold:
-        return CleanReason.LANG_SCORE.value, f"{doc.lang} {doc.lang_score:.3f} < {config.langid.threshold}"
+    language = language_verdict(doc.lang, doc.lang_score, config)
+    if language is not None:
+        return language
     if rules_apply(doc, config):
         prof = language_profile(config, doc.lang, doc.text)
         failed = first_failure(doc.signals, config.rules if prof is None else document_rules(config.rules, prof))
@@ -272,11 +292,14 @@ class _CleanBatchFn(beam.DoFn):
                     yield beam.pvalue.TaggedOutput(FAILED, make_failure(
                         self._stage, exc, doc.source, -1, doc.text.encode("utf-8", "replace")))
         for doc in annotated:
-            verdict = select(doc, self._config, self._anomaly_threshold) if self._selects else None
-            prof = language_profile(self._config, doc.lang, doc.text)
-            if prof is not None and prof.fallback and rules_apply(doc, self._config) \
-                    and (verdict is None or verdict[0] not in _LANGUAGE_REASONS):
-                self._counters.inc(f"rules_fallback_{doc.lang or 'und'}")  # checked without a table of its own
+            # the RunInference path selects after the language model, but what language ID
+            # drops is dropped here, before the model spends anything on it
+            verdict = (select(doc, self._config, self._anomaly_threshold) if self._selects
+                       else language_verdict(doc.lang, doc.lang_score, self._config))
+            if (verdict is None or verdict[0] not in _LANGUAGE_REASONS) and rules_apply(doc, self._config):
+                prof = language_profile(self._config, doc.lang, doc.text)
+                if prof is not None and prof.fallback:  # checked without a table of its own
+                    self._counters.inc(f"rules_fallback_{doc.lang or 'und'}")
             if verdict is None:
                 yield doc
             else:
