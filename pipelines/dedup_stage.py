@@ -1,8 +1,11 @@
 """The near-duplicate stage driver: several Beam pipelines, one stage.
 
 1. ``edges-000``: band keys of the documents (and of earlier runs' index) → bucket edges;
-2. large-star / small-star rounds, one pipeline each, ``edges-NNN`` → ``edges-NNN+1``,
-   until the edge set is unchanged (edge count and an order-free checksum);
+2. the connected components: up to ``minhash.driver_max_edges`` edges in this driver
+   (union-find over ``edges-000``, written as ``edges-001``: each node's edge to its
+   component's root, what the rounds converge to), else large-star / small-star rounds,
+   one pipeline each, ``edges-NNN`` → ``edges-NNN+1``, until the edge set is unchanged
+   (edge count and an order-free checksum);
 3. documents joined with their component root → kept / ``near_duplicate``; the kept
    documents' band keys extend the signature index (``dedup.index``).
 
@@ -13,17 +16,19 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime, timezone
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import apache_beam as beam
 import pyarrow as pa
+import pyarrow.parquet as pq
+from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines.beam_runs import counter_totals, largest_value, run_pipeline
 from pipelines.outputs import WriteParquet, WriteStageOutputs
-from transforms.dedup.components import StarRound, edge_checksum
+from transforms.dedup.components import StarRound, components_union_find, edge_checksum
 from transforms.dedup.dedup import BandKeys, BucketEdges, DedupConfig, assign_component
 from transforms.routing import REJECTED, CountFn, StageOutputs
 
@@ -57,6 +62,20 @@ def earlier_run_key(item: tuple[str, dict[str, Any]]) -> tuple[bytes, str]:
     part = path.replace("\\", "/").rsplit("/", 2)[-2]
     head, doc_id = row["node"][1:].split("|", 1)
     return row["band_key"], f"0{head}|{part}:{doc_id}"
+
+
+def read_edge_files(paths: list[str]) -> Iterator[tuple[str, str]]:
+    """The edges of Parquet files of ``EDGE_SCHEMA`` (read in this process)."""
+    for path in paths:
+        with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as fh:
+            table = pq.read_table(fh, columns=["a", "b"])
+        yield from zip(table.column("a").to_pylist(), table.column("b").to_pylist())
+
+
+def write_table(path: str, table: pa.Table) -> None:
+    """``table`` as one Parquet file at ``path`` (any Beam filesystem)."""
+    with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as fh:
+        pq.write_table(table, fh)
 
 
 def _read_edges(pipeline: beam.Pipeline, directory: str) -> beam.PCollection:
@@ -195,7 +214,21 @@ class NearDedupDriver:
                 FileSystems.delete([FileSystems.join(self.config.index, self.own_index_part)])
             except Exception:  # object stores have no folder left to delete
                 pass
-        k = self.run_rounds(options, _edge_stats(run_pipeline(options, self._build_edges)))
+        first = _edge_stats(run_pipeline(options, self._build_edges))
+        if first[0] <= self.config.minhash.driver_max_edges:
+            k, driver = self.components_in_driver(), 1
+        else:
+            k, driver = self.run_rounds(options, first), 0
         result = run_pipeline(options, self._build_final(k))
-        return {"cc_rounds": k, "edges": self.edges, "largest_star_group": self.largest_group,
-                **counter_totals(result, self.stage)}
+        return {"cc_rounds": self.rounds, "cc_in_driver": driver, "edges": self.edges,
+                "largest_star_group": self.largest_group, **counter_totals(result, self.stage)}
+
+    def components_in_driver(self) -> int:
+        """Reads ``edges-000``, writes each node's edge to its component's root as
+        ``edges-001`` (one file; no rounds run); returns 1, the edges' generation."""
+        roots = components_union_find(read_edge_files(_match_all(FileSystems.join(self._edges_dir(0), "*.parquet"))))
+        table = pa.table({"a": list(roots), "b": list(roots.values())}, schema=EDGE_SCHEMA)
+        write_table(FileSystems.join(self._edges_dir(1), "part-00000-of-00001.parquet"), table)
+        self.rounds, self.edges = 0, len(roots)
+        _LOGGER.info("dedup components in the driver: %d edges to %d roots", len(roots), len(set(roots.values())))
+        return 1

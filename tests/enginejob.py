@@ -85,7 +85,7 @@ clean:
   langid: {{model: "{shared('models', 'lid.176.ftz')}", languages: [{', '.join(LANGS)}]}}
   rules_languages: []
 dedup:
-  minhash: {{threshold: 0.5}}
+  minhash: {{threshold: 0.5, driver_max_edges: 0}}  # the star rounds, on the engine
 label:
   review_budget: 20
   sampling: hybrid

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import random
+from pathlib import Path
 
 import apache_beam as beam
 import numpy as np
@@ -18,7 +19,8 @@ from scipy.sparse.csgraph import connected_components
 
 from pipelines.run import main
 from tests.conftest import shared
-from transforms.dedup.components import StarRound, components_in_memory, large_star, small_star
+from transforms.dedup.components import (StarRound, components_in_memory, components_union_find, large_star,
+                                         small_star)
 from transforms.dedup.dedup import DedupConfig, ExactDedup, MinHashConfig
 from transforms.dedup.minhash import (MinHasher, band_keys, is_empty, normalize_for_dedup,
                                       normalized_words, optimal_bands, shingle_strings)
@@ -170,6 +172,17 @@ def check_against_scipy(edges: list[tuple[int, int]], n: int, roots: dict[str, s
 def test_components_match_scipy(kind, edges, n):
     named = [(f"n{a:04d}", f"n{b:04d}") for a, b in edges]
     check_against_scipy(edges, n, components_in_memory(named))
+
+
+@pytest.mark.parametrize("kind,edges,n", graphs(), ids=[g[0] for g in graphs()])
+def test_union_find_in_the_driver_is_what_the_star_rounds_converge_to(kind, edges, n):
+    """``components_union_find`` (the driver's path for edge sets that fit its memory)
+    gives exactly the rounds' final edge set: every non-root node to its component's
+    smallest node, in both edge directions and with repeated edges."""
+    named = [(f"n{a:04d}", f"n{b:04d}") for a, b in edges]
+    roots = components_union_find(named + [(b, a) for a, b in named[::3]] + named[:5])
+    assert roots == components_in_memory(named)
+    check_against_scipy(edges, n, roots)
 
 
 def beam_components(beam_options, tmp_path, edges, **hot) -> tuple[dict[str, str], dict]:
@@ -362,6 +375,32 @@ def test_mccormick_planted_pairs_exactly(tmp_path, size):
     assert kept_over == {tuple(sorted(pair, key=lambda i: int(i[1:]))) for pair in truth}
 
 
+
+def test_components_in_the_driver_and_in_star_rounds_give_identical_outputs(tmp_path):
+    """The same job with the components computed in the driver (the default for edge sets
+    that fit) and by star-round pipelines (``driver_max_edges: 0``): byte-identical kept
+    and rejected documents; the rounds ran only in the second."""
+    lines = shared("neardup", "mccormick_articles_1000.train").read_text().splitlines()
+    docs = [tuple(line.split(" ", 1)) for line in lines if line.strip()]
+    base = Path(jsonl_job(tmp_path, docs, "  exact_text: false\n  minhash:\n    salts: 4\n", "driver"))
+    rounds = tmp_path / "rounds.yaml"  # the same input file (ids come from it), another output
+    rounds.write_text(base.read_text().replace(str(tmp_path / "driver") + "\n", str(tmp_path / "rounds") + "\n")
+                      .replace("    salts: 4\n", "    salts: 4\n    driver_max_edges: 0\n"))
+    outputs = {}
+    for name, config in (("driver", str(base)), ("rounds", str(rounds))):
+        assert main(["--config", config, "--log-level", "WARNING", "--no-report"], out=io.StringIO()) == 0
+        counters = json.loads((tmp_path / name / "manifests" / "dedup_minhash.json").read_text())["extra"]["counters"]
+        rows = {sub: sorted((r for p in (tmp_path / name).glob(f"{sub}/dedup_minhash/*.parquet")
+                             for r in pq.read_table(p).to_pylist()), key=lambda r: r["id"])
+                for sub in ("docs", "rejected")}
+        outputs[name] = (rows, counters)
+    (driver_rows, driver), (round_rows, rounds) = outputs["driver"], outputs["rounds"]
+    planted = shared("neardup", "mccormick_articles_1000.truth").read_text().split("\n")
+    assert len(driver_rows["rejected"]) == len([line for line in planted if line.strip()]) > 5
+    assert driver_rows == round_rows
+    assert (driver["cc_in_driver"], driver.get("cc_rounds", 0)) == (1, 0) and rounds["cc_rounds"] >= 1
+    assert rounds.get("cc_in_driver", 0) == 0 and driver["edges"] == rounds["edges"]
+
 def test_thousand_identical_and_short_documents(tmp_path):
     docs = [(f"same{i:04d}", "the very same boilerplate text repeated on every page of a site")
             for i in range(1000)]
@@ -521,7 +560,7 @@ def test_the_pieces_of_a_split_node_give_the_edges_of_the_unsplit_star(kind, sal
     ``small_star`` on the whole group, the node's own small-star link once."""
     from apache_beam.pvalue import TaggedOutput
 
-    from transforms.dedup.components import (_broadcast_min, _key_by_salt, _split_edges, _StarGroupFn,
+    from transforms.dedup.components import (components_union_find, _broadcast_min, _key_by_salt, _split_edges, _StarGroupFn,
                                              stable_hash)
 
     rng = random.Random(salts)

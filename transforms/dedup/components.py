@@ -213,3 +213,30 @@ def components_in_memory(edges: Iterable[Edge]) -> dict[str, str]:
         if nxt == current:
             return {a: b for a, b in current}
         current = nxt
+
+
+def components_union_find(edges: Iterable[Edge]) -> dict[str, str]:
+    """node → root for every node that is not its component's root, where the root is the
+    component's smallest node: what the star rounds converge to (their last edge set),
+    in one pass over the edges on one machine (union by the smaller root, path halving).
+    The driver uses it for edge sets that fit its memory (``MinHashConfig.driver_max_edges``)."""
+    parent: dict[str, str] = {}
+
+    def find(node: str) -> str:
+        while True:
+            up = parent.get(node, node)
+            if up == node:
+                return node
+            grand = parent.get(up, up)
+            parent[node] = grand  # path halving
+            node = grand
+
+    for a, b in edges:
+        ra, rb = find(a), find(b)
+        if ra != rb:
+            if rb < ra:
+                ra, rb = rb, ra
+            parent[rb] = ra  # the smaller root stays the root
+            parent.setdefault(ra, ra)
+    roots = {node: find(node) for node in parent}
+    return {node: root for node, root in roots.items() if node != root}

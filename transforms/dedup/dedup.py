@@ -51,6 +51,10 @@ class MinHashConfig:
     batch_size: int = 256  # documents per signature batch
     salts: int = 16  # sub-keys a band bucket is split into first (a huge bucket never lands on one worker)
     max_rounds: int = 50  # connected-component rounds at most (a warning if they did not converge)
+    # bucket edges up to this many: the connected components are computed in the stage's
+    # driver (one pass, union-find; ~200 bytes of memory per edge) instead of star-round
+    # pipelines; more edges, or 0: the rounds, on the engine's workers
+    driver_max_edges: int = 1_000_000
     # connected components: a node with more neighbours than this is split into groups of
     # about this size (the root of a giant component would otherwise be one hot key)
     hot_degree: int = 10_000
@@ -64,6 +68,8 @@ class MinHashConfig:
                      "hot_degree"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0")
+        if self.driver_max_edges < 0:
+            raise ValueError(f"driver_max_edges must be >= 0, got {self.driver_max_edges}")
 
     def layout(self) -> tuple[int, int]:
         """(bands, rows) actually used."""
