@@ -52,8 +52,8 @@ class MinHashConfig:
     salts: int = 16  # sub-keys a band bucket is split into first (a huge bucket never lands on one worker)
     max_rounds: int = 50  # connected-component rounds at most (a warning if they did not converge)
     # bucket edges up to this many: the connected components are computed in the stage's
-    # driver (one pass, union-find; ~200 bytes of memory per edge) instead of star-round
-    # pipelines; more edges, or 0: the rounds, on the engine's workers
+    # driver (one pass, union-find: 1M edges took 4 CPU-s and ~120 MB besides the node
+    # names) instead of star-round pipelines; more edges, or 0: the rounds, on the workers
     driver_max_edges: int = 1_000_000
     # connected components: a node with more neighbours than this is split into groups of
     # about this size (the root of a giant component would otherwise be one hot key)
