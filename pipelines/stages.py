@@ -9,6 +9,7 @@ wires the graph. ``upstream`` is the document stage it reads, chosen from the st
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -141,7 +142,18 @@ def _extract_inputs(config: JobConfig) -> list[tuple[str, FileRef]]:
             for m in sorted(metadata, key=lambda m: m.path)
             if not m.path.rsplit("/", 1)[-1].startswith(".")
         )
-    return files
+    return _unique_id_sources(files)
+
+
+def _unique_id_sources(files: list[tuple[str, FileRef]]) -> list[tuple[str, FileRef]]:
+    """The files with their ``id_source`` (their path below their pattern's folder), but
+    the URL for files whose name another file of the job has too (``a/*.jsonl`` and
+    ``b/*.jsonl`` both hold ``x.jsonl``): document ids stay unique by construction."""
+    names: dict[str, int] = {}
+    for _, ref in files:
+        names[ref.id_source] = names.get(ref.id_source, 0) + 1
+    return [(fmt, ref if names[ref.id_source] == 1 and ref.id_source else dataclasses.replace(ref, id_source=ref.url))
+            for fmt, ref in files]
 
 
 def configured_input_bytes(config: JobConfig) -> int:

@@ -355,7 +355,9 @@ ID_SCHEME = 2
 
 def document_id(source: str, offset: int, source_id: str) -> str:
     """The id of the document read at ``offset`` of input ``source`` whose own id is
-    ``source_id``: ``"<source_id>@<16 hex digits of sha1(source, offset)>"``.
+    ``source_id``: ``"<source_id>@<16 hex digits of sha1(source, offset)>"``. ``source``
+    names the file as ``FileRef.id_source`` does (its path below its input folder), so
+    moving the data keeps the ids.
 
     Unique in a job by construction: two inputs may both hold ids "0" to "99", or one
     input an id twice, and their documents still differ (a file is read once, and no two

@@ -112,18 +112,51 @@ beam_args: ["--runner=FnApiRunner"]
 
 
 def test_document_ids_from_the_readers(tmp_path):
+    """A record with an id of its own is named by ``ReadInputs`` from its file's name
+    below the input folder and its offset; one without keeps the reader's id, as before."""
+    from transforms.readers.files import match_pattern
+    from transforms.readers.inputs import _ReadInputFn
+    from transforms.readers.warc import WarcLimits
+
     data = tmp_path / "d.jsonl"
     data.write_text('{"id": "7", "text": "one"}\n{"id": "7", "text": "two"}\n{"text": "three"}\n')
     records = list(iter_jsonl(str(data), TextFields(), "extract"))
     assert [r.record_id for r in records] == ["7", "7", ""]
-    assert [r.doc_id for r in records] == [document_id(str(data), 0, "7"), document_id(str(data), 27, "7"),
-                                           stable_id(str(data), "byte 54")]  # id-less: as before
-    assert records[0].doc_id != records[1].doc_id
-    assert records[0].doc_id == "7@" + stable_id(str(data), 0)[:16]
+    assert [r.doc_id for r in records] == ["", "", stable_id(str(data), "byte 54")]  # id-less: as before
+    reader = _ReadInputFn("extract", WarcLimits(), {})
+    reader.setup()
+    [ref] = match_pattern(str(tmp_path / "*.jsonl"))
+    assert ref.id_source == "d.jsonl"
+    named = [r for r in reader.process(("jsonl", ref)) if isinstance(r, RawRecord)]
+    assert [r.doc_id for r in named] == [document_id("d.jsonl", 0, "7"), document_id("d.jsonl", 27, "7"),
+                                         stable_id(str(data), "byte 54")]
+    assert named[0].doc_id == "7@" + stable_id("d.jsonl", 0)[:16] != named[1].doc_id
     path = tmp_path / "d.parquet"
     pq.write_table(pa.Table.from_pylist([{"id": "7", "text": "one"}, {"id": "7", "text": "two"}]), path)
-    rows = list(iter_parquet(str(path), TextFields(), "extract"))
-    assert [r.doc_id for r in rows] == [document_id(str(path), 0, "7"), document_id(str(path), 1, "7")]
+    [ref] = match_pattern(str(path))
+    assert ref.id_source == "d.parquet"
+    rows = [r for r in reader.process(("parquet", ref)) if isinstance(r, RawRecord)]
+    assert [r.doc_id for r in rows] == [document_id("d.parquet", 0, "7"), document_id("d.parquet", 1, "7")]
+
+
+def test_ids_survive_a_moved_input_folder_and_equal_names_stay_apart(tmp_path):
+    """Ids come from a file's path below its pattern's folder: the same data in another
+    folder gives the same ids; two patterns whose files share a name fall back to the URL."""
+    for folder in ("one/2024", "two/2024", "other"):
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / "x.jsonl").write_text('{"id": "1", "text": "the same words here"}\n')
+    ids = {}
+    for name, patterns in (("one", ["one/*/x.jsonl"]), ("two", ["two/*/x.jsonl"]),
+                           ("both", ["one/2024/*.jsonl", "other/*.jsonl"])):
+        inputs = "".join(f"  - {{format: jsonl, path: \"{tmp_path / p}\"}}\n" for p in patterns)
+        config = tmp_path / f"{name}.yaml"
+        config.write_text(f"output: {tmp_path / name / 'out'}\ninputs:\n{inputs}stages: [extract]\n"
+                          "beam_args: ['--runner=FnApiRunner']\n")
+        assert main(["--config", str(config), "--log-level", "ERROR", "--no-report"], out=io.StringIO()) == 0
+        ids[name] = sorted(r["id"] for r in _docs(tmp_path / name / "out", "extract"))
+    assert ids["one"] == ids["two"] == [document_id("2024/x.jsonl", 0, "1")]
+    assert len(set(ids["both"])) == 2 and ids["both"] == sorted(  # both "x.jsonl": named by their URLs
+        document_id(str(tmp_path / p), 0, "1") for p in ("one/2024/x.jsonl", "other/x.jsonl"))
 
 
 def test_the_id_of_a_warc_record_comes_from_its_file_offset_and_record_id():
@@ -197,6 +230,9 @@ def test_the_crawls_warc_files_give_ids_that_do_not_name_the_output():
     named = [r for r in reader.process(("warc", FileRef(ref.url, ref.size, ref.version, id_source=name)))
              if isinstance(r, RawRecord)]
     plain = [r for r in reader.process(("warc", ref)) if isinstance(r, RawRecord)]
-    assert len(named) == len(plain) > 5 and all(r.record_id for r in named)
+    unnamed = [r for r in reader.process(("warc", FileRef(ref.url, ref.size))) if isinstance(r, RawRecord)]
+    assert len(named) == len(plain) == len(unnamed) > 5 and all(r.record_id for r in named)
     assert [r.doc_id for r in named] == [document_id(name, r.offset, r.record_id) for r in plain]
-    assert [record_doc_id(r) for r in plain] == [document_id(ref.url, r.offset, r.record_id) for r in plain]
+    assert ref.id_source == "dolma_sample-0000.warc.gz"  # below the pattern's folder
+    assert [r.doc_id for r in plain] == [document_id(ref.id_source, r.offset, r.record_id) for r in plain]
+    assert [r.doc_id for r in unnamed] == [document_id(ref.url, r.offset, r.record_id) for r in plain]

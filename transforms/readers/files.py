@@ -34,8 +34,9 @@ class FileRef:
     version: str = ""  # mtime, ETag or "" — part of the resume fingerprint
     start: int = 0
     end: int = -1
-    # the name document ids are derived from ("": ``url``): a file the job wrote itself (the
-    # crawl's WARC files) is named relative to the output, so moving the output keeps its ids
+    # the name document ids are derived from ("": ``url``): the file's path below its input
+    # pattern's folder (the crawl's WARC files: below the output), so that moving the data
+    # or the output keeps the ids; the stage makes it the URL where two files share a name
     id_source: str = ""
 
     @property
@@ -90,14 +91,26 @@ def match_pattern(pattern: str) -> list[FileRef]:
     has_glob = any(c in pattern for c in _GLOB_CHARS)
     paths = fs.glob(urlpath) if has_glob else [urlpath]
     local = isinstance(fs, LocalFileSystem)
+    base = _static_folder(urlpath)
     refs = []
     for path in sorted(paths):
         info = fs.info(path)
         if info.get("type") == "directory":
             continue
         url = os.path.normpath(path) if local else fs.unstrip_protocol(path)
-        refs.append(FileRef(url=url, size=int(info.get("size") or -1), version=_version_of(info)))
+        name = path[len(base):] if base and path.startswith(base) else path
+        refs.append(FileRef(url=url, size=int(info.get("size") or -1), version=_version_of(info),
+                            id_source=name))
     return refs
+
+
+def _static_folder(urlpath: str) -> str:
+    """The folder of ``urlpath`` before its first glob character, with its ``/`` ("" when
+    there is none): a matched file's ``id_source`` is its path below it, so the documents of
+    a folder keep their ids when the folder moves (``transforms.doc.document_id``)."""
+    cut = min((urlpath.index(c) for c in _GLOB_CHARS if c in urlpath), default=len(urlpath))
+    head = urlpath[:cut]
+    return head[:head.rindex("/") + 1] if "/" in head else ""
 
 
 def open_input(url: str, compression: str | None = None) -> Any:

@@ -51,13 +51,10 @@ class _ReadInputFn(beam.DoFn):
             records = self._tabular[fmt].process(ref)
         else:
             raise ValueError(f"{ref.url}: unknown input format {fmt!r}")
-        if not ref.id_source:
-            yield from records
-            return
-        for record in records:  # ids from the file's name in the output, not its place
-            if isinstance(record, RawRecord) and record.record_id:
-                record = dataclasses.replace(record, doc_id=document_id(ref.id_source, record.offset,
-                                                                        record.record_id))
+        source = ref.id_source or ref.url
+        for record in records:  # ids from the file's name below its input folder, not its place
+            if isinstance(record, RawRecord) and record.record_id and not record.doc_id:
+                record = dataclasses.replace(record, doc_id=document_id(source, record.offset, record.record_id))
             yield record
 
 

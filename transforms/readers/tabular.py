@@ -25,7 +25,7 @@ import fsspec
 import pyarrow.parquet as pq
 
 from transforms import progress
-from transforms.doc import Failure, RawRecord, document_id, stable_id
+from transforms.doc import Failure, RawRecord, stable_id
 from transforms.readers.files import FileRef, open_decompressed, storage_options_for
 from transforms.routing import FAILED, StageCounters, make_failure, route_read
 
@@ -98,8 +98,8 @@ def record_from_mapping(
     id_position: Optional[str] = None, on_missing: Optional[OnMissing] = None,
 ) -> RawRecord:
     """A ``RawRecord`` from one JSON object / Parquet row; ``ValueError`` if unusable.
-    Its document id is ``document_id(source, offset, <its id>)``: unique although two
-    inputs (or one) hold the same ids; without an id field it is
+    A record with an id gets its document id from ``document_id`` (``ReadInputs``: the
+    file's name and the record's offset); without an id field it is
     ``stable_id(source, id_position or position)``.
     ``on_missing`` gets the role of each ``fields.expected()`` field the record lacks."""
     if not isinstance(obj, dict):
@@ -123,8 +123,7 @@ def record_from_mapping(
         source=source,
         offset=offset,
         record_id=own_id,
-        doc_id=document_id(source, offset, own_id) if own_id
-        else stable_id(source, id_position or position),
+        doc_id="" if own_id else stable_id(source, id_position or position),
         fetched_at=_as_str(values["fetched_at"]),
         text=text,
         content_type="text/plain",
