@@ -234,6 +234,8 @@ def signals_section(clean: dict[str, Any], thresholds: dict[str, Any]) -> str:
     note = (f"<p>Rules apply to {esc(', '.join(langs) or 'every language')}; dashed grey lines "
             "are thresholds of switched-off rule families.</p>") if langs is not None else \
         "<p>No config given: thresholds are not marked.</p>"
+    note += ("<p>Documents that language ID dropped have no signals or scores (nothing after it "
+             "could keep them) and are not in these histograms.</p>")
     return note + '<div class="grid">' + "".join(figures) + "</div>"
 
 

@@ -278,26 +278,30 @@ def test_real_job_report_numbers(real_job):
             manifest_counts["failed"])
         assert s["docs_per_s"] and s["docs_per_s"] > 0
     clean = data["stages"][1]
+    import pyarrow.parquet as pq
+
+    rejected = [r for f in sorted((out / "rejected" / "clean").glob("*.parquet"))
+                for r in pq.read_table(f, columns=["id", "reason"]).to_pylist()]
+    # documents language ID dropped carry no signals or scores (issue 37, item 5)
+    by_language = sum(r["reason"] in ("language", "lang_score") for r in rejected)
+    scored = clean["out"] + clean["rejected"] - by_language
     words = data["clean"]["signals"]["words"]
-    assert words["n"] == clean["out"] + clean["rejected"] == data["clean"]["docs"]
+    assert by_language > 0 and words["n"] == scored
+    assert data["clean"]["docs"] == clean["out"] + clean["rejected"]
     assert {r["lang"] for r in data["clean"]["languages"]} >= {"en", "de", "fr", "es"}
     assert data["thresholds"]["signals"]["words"][0]["value"] == 50.0
     assert data["thresholds"]["anomaly"] is not None
     # the anomaly section: every scored document in each detector's histogram, the top rows
     # by combined score, and exactly the documents the detector alone rejected
-    import pyarrow.parquet as pq
-
-    rejected = [r for f in sorted((out / "rejected" / "clean").glob("*.parquet"))
-                for r in pq.read_table(f, columns=["id", "reason"]).to_pylist()]
     anomaly = data["anomaly"]
     assert {k: h["n"] for k, h in anomaly["histograms"].items()} == {
-        k: clean["out"] + clean["rejected"] for k in ("combined",) + DETECTORS}
+        k: scored for k in ("combined",) + DETECTORS}
     only = {r["id"] for r in rejected if r["reason"] == "anomaly"}
     assert anomaly["caught_only_count"] == len(only) > 0, len(only)
     assert {e["id"] for e in anomaly["caught_only_by_detector"]} <= only
     assert all(e["status"] == "anomaly" and e["snippet"] for e in anomaly["caught_only_by_detector"])
     scores = [e["score"] for e in anomaly["top"]]
-    assert scores == sorted(scores, reverse=True) and len(scores) == min(20, clean["out"] + clean["rejected"])
+    assert scores == sorted(scores, reverse=True) and len(scores) == min(20, scored)
     assert data["dedup_components"]["largest"] >= 2  # the planted near-duplicate pairs
     index = json.loads(next((out / "tokens").glob("*/index.json")).read_text())
     assert sum(s["num_tokens"] for s in data["tokens"]["shards"]) == index["num_tokens"]
