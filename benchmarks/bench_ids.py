@@ -5,9 +5,13 @@
 A JSONL input of ``--docs`` documents (about 1.2 KB of text each, every 50th id repeated
 once) is read in this process on FnApiRunner, in two pipelines per round, interleaved:
 
-* ``read``: the readers (``ReadInputs``' DoFn: parse, ids from file and offset) and a count;
-* ``read + duplicate ids``: the same plus ``CountDuplicateIds`` (a 16-byte key per record
-  through a combine: the shuffle that counts ids repeated inside one input).
+* ``read``: the readers (``ReadInputs``' DoFn: parse, document ids from file and offset,
+  the 8-byte hash of each own id) and a count;
+* ``read + duplicate ids``: the same plus ``CountDuplicateIds`` (one array of hashes per
+  file range grouped by file: the shuffle that counts ids repeated inside one input).
+
+Beside them, the per-record cost of the id functions alone (``document_id`` and
+``own_id_hash``, timed in a loop).
 
 CPU of this process (user + system) per pipeline, the median of ``--rounds``; beside them
 the whole ``extract`` stage run alone by ``python -m pipelines.run`` (CPU of its process
@@ -32,7 +36,8 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.util import assert_that, equal_to
 
 from transforms.readers.files import match_pattern
-from transforms.readers.inputs import CountDuplicateIds, _ReadInputFn
+from transforms.doc import document_id
+from transforms.readers.inputs import ID_HASHES, CountDuplicateIds, _ReadInputFn, own_id_hash
 from transforms.readers.warc import WarcLimits
 from transforms.routing import FAILED
 
@@ -58,10 +63,11 @@ def read_pipeline(path: str, docs: int, with_ids: bool) -> float:
     start = os.times()
     with beam.Pipeline(options=PipelineOptions(["--runner=FnApiRunner"])) as p:
         read = (p | beam.Create([("jsonl", ref) for ref in match_pattern(path)])
-                | beam.ParDo(_ReadInputFn("extract", WarcLimits(), {})).with_outputs(FAILED, main="records"))
+                | beam.ParDo(_ReadInputFn("extract", WarcLimits(), {})).with_outputs(FAILED, ID_HASHES,
+                                                                                      main="records"))
         assert_that(read.records | beam.combiners.Count.Globally(), equal_to([docs]))
         if with_ids:
-            _ = read.records | CountDuplicateIds("extract")
+            _ = read[ID_HASHES] | CountDuplicateIds("extract")
     end = os.times()
     return (end.user - start.user) + (end.system - start.system)
 
@@ -93,12 +99,18 @@ def main(argv: list[str] | None = None) -> int:
             times["extract stage"].append(extract_stage(str(path), f"{tmp}/out"))
         manifest = json.loads(Path(tmp, "out", "manifests", "extract.json").read_text())
     median = {k: statistics.median(v) for k, v in times.items()}
+    start = time.process_time()
+    for i in range(100_000):
+        document_id("2024/part-00001.jsonl", i * 1200, f"d{i}")
+        own_id_hash(f"d{i}")
+    id_functions_us = (time.process_time() - start) * 10
     added = median["read + duplicate ids"] - median["read"]
     result = {
         "docs": args.docs, "repeated_ids": repeats, "rounds": args.rounds,
         "cpu_s_median": {k: round(v, 2) for k, v in median.items()},
         "cpu_s_all": {k: [round(x, 2) for x in v] for k, v in times.items()},
         "duplicate_ids_added_cpu_s": round(added, 2),
+        "id_functions_us_per_record": round(id_functions_us, 2),
         "duplicate_ids_share_of_extract_stage": round(added / median["extract stage"], 3),
         "extract_stage_docs_per_cpu_s": round(args.docs / median["extract stage"]),
         "extract_counts": manifest["counts"], "extract_counters": manifest["extra"].get("counters"),

@@ -236,3 +236,24 @@ def test_the_crawls_warc_files_give_ids_that_do_not_name_the_output():
     assert ref.id_source == "dolma_sample-0000.warc.gz"  # below the pattern's folder
     assert [r.doc_id for r in plain] == [document_id(ref.id_source, r.offset, r.record_id) for r in plain]
     assert [r.doc_id for r in unnamed] == [document_id(ref.url, r.offset, r.record_id) for r in plain]
+
+
+def test_repeated_ids_are_counted_across_the_ranges_of_a_split_file(tmp_path):
+    """A JSONL file read in byte ranges by several workers: an id in two ranges is still
+    counted once as a repeat (the ranges' hashes meet per file)."""
+    import numpy as np
+
+    from transforms.readers.inputs import repeated_ids
+
+    assert repeated_ids([np.array([1, 2, 3], np.uint64), np.array([3, 3, 4, 1], np.uint64)]) == (3, 2)
+    assert repeated_ids([np.array([5], np.uint64)]) == (0, 0) and repeated_ids([]) == (0, 0)
+    rows = [{"id": str(i % 70), "text": text} for i, text in enumerate(_texts("s", 100))]
+    (tmp_path / "s.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    config = tmp_path / "job.yaml"
+    config.write_text(f"output: {tmp_path / 'out'}\ninputs:\n  - {{format: jsonl, path: \"{tmp_path / 's.jsonl'}\"}}\n"
+                      "stages: [extract]\nread: {split_bytes: 1000}\nbeam_args: ['--runner=FnApiRunner']\n")
+    assert main(["--config", str(config), "--log-level", "ERROR", "--no-report"], out=io.StringIO()) == 0
+    manifest = read_manifest(str(tmp_path / "out"), "extract")
+    assert (tmp_path / "s.jsonl").stat().st_size > 8 * 1000  # read in more than 8 ranges
+    assert manifest.counts.out == 100 and manifest.extra["counters"]["duplicate_id"] == 30
+    assert manifest.extra["counters"]["duplicate_id_keys"] == 30

@@ -13,9 +13,10 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import apache_beam as beam
+import numpy as np
 from apache_beam.metrics import Metrics
 
 from transforms.readers.files import FileRef
@@ -30,8 +31,19 @@ WARC_FORMATS = ("warc", "wet", "arc")
 TABULAR_FORMATS = ("jsonl", "parquet")
 
 
+ID_HASHES = "id_hashes"  # (file URL, uint64 hashes of its records' own ids): one element per file range
+
+
+def own_id_hash(record_id: str) -> int:
+    """64 bits of blake2b of a record's own id (what ``CountDuplicateIds`` compares)."""
+    return int.from_bytes(hashlib.blake2b(record_id.encode("utf-8", "surrogatepass"), digest_size=8).digest(),
+                          "little")
+
+
 class _ReadInputFn(beam.DoFn):
-    """``(format, FileRef)`` → the records of the file, by its format's reader."""
+    """``(format, FileRef)`` → the records of the file, by its format's reader, each record
+    with an id of its own named by ``document_id``; last, on ``ID_HASHES``, the hashes of
+    those ids (one array per file range: no element per record crosses a shuffle)."""
 
     def __init__(self, stage: str, limits: WarcLimits, fields: Mapping[str, TextFields]) -> None:
         self._warc = _ReadWarcFn(stage, limits)
@@ -52,54 +64,65 @@ class _ReadInputFn(beam.DoFn):
         else:
             raise ValueError(f"{ref.url}: unknown input format {fmt!r}")
         source = ref.id_source or ref.url
+        hashes: list[int] = []
         for record in records:  # ids from the file's name below its input folder, not its place
-            if isinstance(record, RawRecord) and record.record_id and not record.doc_id:
-                record = dataclasses.replace(record, doc_id=document_id(source, record.offset, record.record_id))
+            if isinstance(record, RawRecord) and record.record_id:
+                hashes.append(own_id_hash(record.record_id))
+                if not record.doc_id:
+                    record = dataclasses.replace(record, doc_id=document_id(source, record.offset,
+                                                                            record.record_id))
             yield record
+        if hashes:
+            yield beam.pvalue.TaggedOutput(ID_HASHES, (ref.url, np.asarray(hashes, dtype=np.uint64)))
 
 
-def own_id_key(record: RawRecord) -> list[bytes]:
-    """The key of the record's own id in its input (16 bytes of blake2b over file and id:
-    a short shuffle key), none for a record without an id of its own."""
-    if not record.record_id:
-        return []
-    data = record.source.encode("utf-8", "surrogatepass") + b"\x00" + \
-        record.record_id.encode("utf-8", "surrogatepass")
-    return [hashlib.blake2b(data, digest_size=16).digest()]
+def repeated_ids(hashes: Sequence[np.ndarray]) -> tuple[int, int]:
+    """(records whose id an earlier record of the file has, ids that repeat) over the
+    hash arrays of one file's ranges."""
+    values = np.concatenate(list(hashes)) if hashes else np.empty(0, np.uint64)
+    if not len(values):
+        return 0, 0
+    _, counts = np.unique(values, return_counts=True)
+    repeats = counts[counts > 1]
+    return int((repeats - 1).sum()), int(len(repeats))
 
 
 class _CountRepeatsFn(beam.DoFn):
-    """(key, occurrences) → ``duplicate_id`` counts every occurrence after the first."""
+    """(file, its ranges' id hashes) → ``duplicate_id`` (every occurrence of an id after
+    the first) and ``duplicate_id_keys`` (the ids that repeat)."""
 
     def __init__(self, stage: str) -> None:
         self._stage = stage
 
     def setup(self) -> None:
         self._repeats = Metrics.counter(self._stage, "duplicate_id")
-        self._inputs = Metrics.counter(self._stage, "duplicate_id_keys")
+        self._ids = Metrics.counter(self._stage, "duplicate_id_keys")
 
-    def process(self, item: tuple[bytes, int]) -> Iterable[None]:
-        if item[1] > 1:
-            self._repeats.inc(item[1] - 1)
-            self._inputs.inc()
+    def process(self, item: tuple[str, Iterable[np.ndarray]]) -> Iterable[None]:
+        repeats, ids = repeated_ids(list(item[1]))
+        if repeats:
+            self._repeats.inc(repeats)
+            self._ids.inc(ids)
+            _LOGGER.warning("%s: %d records repeat the id of an earlier record (%d ids); every one is "
+                            "kept, with its own document id", item[0], repeats, ids)
         return ()
 
 
 class CountDuplicateIds(beam.PTransform):
-    """``RawRecord`` → nothing; counts, as ``duplicate_id`` of ``stage``, the records whose
+    """``ID_HASHES`` → nothing; counts, as ``duplicate_id`` of ``stage``, the records whose
     own id another record of the same input already has (``duplicate_id_keys``: how many
     ids repeat). Nothing is dropped: document ids are unique by construction
-    (``transforms.doc.document_id``); the count tells the user their ids are not."""
+    (``transforms.doc.document_id``); the count tells the user their ids are not. What
+    crosses the shuffle is one array of 8-byte hashes per file range, grouped by file (a
+    file's hashes meet in one worker: 8 bytes a record)."""
 
     def __init__(self, stage: str) -> None:
         super().__init__()
         self._stage = stage
 
-    def expand(self, records: beam.PCollection[RawRecord]) -> beam.PCollection[None]:
-        return (records
-                | "IdKeys" >> beam.FlatMap(own_id_key)
-                | "Ones" >> beam.Map(lambda key: (key, 1))
-                | "PerId" >> beam.CombinePerKey(sum)
+    def expand(self, hashes: beam.PCollection[tuple[str, np.ndarray]]) -> beam.PCollection[None]:
+        return (hashes
+                | "PerFile" >> beam.GroupByKey()
                 | "CountRepeats" >> beam.ParDo(_CountRepeatsFn(self._stage)))
 
 
@@ -122,6 +145,6 @@ class ReadInputs(beam.PTransform):
     def expand(self, files: beam.PCollection[tuple[str, FileRef]]) -> beam.pvalue.DoOutputsTuple:
         read = files | "ReadRecords" >> beam.ParDo(
             _ReadInputFn(self._stage, self._limits, self._fields)
-        ).with_outputs(FAILED, main="records")
-        _ = read.records | "DuplicateIds" >> CountDuplicateIds(self._stage)
+        ).with_outputs(FAILED, ID_HASHES, main="records")
+        _ = read[ID_HASHES] | "DuplicateIds" >> CountDuplicateIds(self._stage)
         return read
