@@ -43,7 +43,8 @@ def _annotated(texts: Sequence[str], clean: object) -> tuple[list[str], np.ndarr
     docs = [Doc(id=str(i), url="", text=t, source="train", fetched_at="") for i, t in enumerate(texts)]
     annotated = []
     for start in range(0, len(docs), 256):
-        annotated.extend(annotate(docs[start:start + 256], models, config, score_anomaly=False)[0])
+        annotated.extend(annotate(docs[start:start + 256], models, config, score_anomaly=False,
+                                  every_language=True)[0])
     kept = np.array([select(d, config, None) is None for d in annotated], dtype=bool)
     return [d.lang for d in annotated], feature_matrix([d.signals for d in annotated]), kept
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import apache_beam as beam
 import numpy as np
 import pytest
@@ -162,7 +164,9 @@ def _scored_docs(book: list[str]) -> list[Doc]:
 
 
 def test_each_detector_score_is_written_and_the_combined_one_decides(clean_models, book, beam_options):
-    cfg = config(clean_models)
+    # every language kept: every document is scored (a document language ID drops is not)
+    cfg = dataclasses.replace(config(clean_models), langid=LangIdConfig(model=clean_models["lid"], languages=(),
+                                                                        threshold=0.0))
     models = Models(cfg)
     annotated, _ = annotate(_scored_docs(book), models, cfg)
     weights = models.anomaly.weights

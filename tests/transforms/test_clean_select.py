@@ -285,8 +285,14 @@ def test_the_batch_step_counts_documents_checked_without_a_table_of_their_own(mo
     assert not any(k.startswith("rules_fallback") for k in counts_de.counts)
 
 
-def test_without_selection_the_batch_step_annotates_and_keeps_everything(book: str, monkeypatch) -> None:
+def test_without_selection_the_batch_step_keeps_what_language_id_keeps(book: str, monkeypatch) -> None:
+    """The RunInference path selects after the language model, but what language ID drops
+    is dropped before it (no signals, no scores): the rest is annotated and kept."""
     fn, _ = _step(_real(cfg()), monkeypatch, selects=False)
     out = list(fn.process([Doc(id="fr", url="", text="Ceci est un texte en français. " * 40, source="s",
-                               fetched_at="")]))
-    assert [type(o) for o in out] == [Doc] and out[0].lang == "fr"
+                               fetched_at=""),
+                           Doc(id="en", url="", text=book, source="s", fetched_at="")]))
+    dropped, kept = out
+    assert isinstance(dropped, TaggedOutput) and dropped.value.reason == "language"
+    assert dropped.value.doc.lang == "fr" and dropped.value.doc.signals is None
+    assert isinstance(kept, Doc) and kept.lang == "en" and kept.signals is not None

@@ -161,10 +161,12 @@ def valid_utf8(text: str) -> str:
 
 
 def annotate(docs: Sequence[Doc], models: Models, config: CleanConfig,
-             score_anomaly: bool = True) -> tuple[list[Doc], list[int]]:
+             score_anomaly: bool = True, every_language: bool = False) -> tuple[list[Doc], list[int]]:
     """The documents with text redacted and every score filled in (batched models), and
     the PII counts [emails, phones, ips] redacted from them. ``score_anomaly`` false
-    leaves the anomaly scores to the RunInference path."""
+    leaves the anomaly scores to the RunInference path. A document language ID drops gets
+    its language only, unless ``every_language`` (the detector's training, which learns
+    every language's signals)."""
     texts = []
     pii = [0, 0, 0]
     for doc in docs:
@@ -178,7 +180,8 @@ def annotate(docs: Sequence[Doc], models: Models, config: CleanConfig,
     mixes = models.langid.identify(texts)
     # a document its language drops gets no signals, scores or segmentation: nothing after
     # language ID could keep it (jieba on the Chinese pages of an English job was 40% of clean)
-    open_ = [i for i, mix in enumerate(mixes) if language_verdict(mix.lang, mix.score, config) is None]
+    open_ = [i for i, mix in enumerate(mixes)
+             if every_language or language_verdict(mix.lang, mix.score, config) is None]
     signals: list[Optional[Signals]] = [None] * len(docs)
     for i in open_:
         signals[i] = _signals(texts[i], language_profile(config, mixes[i].lang, texts[i]))
