@@ -7,6 +7,7 @@
 #                       huggingface_hub >= 1.6, this project with its pipeline extra
 #                       (trafilatura 2.x for both sides); no transformers (bench_pipeline
 #                       builds its tokenizer.json with tokenizers and sentencepiece)
+#   .bench-venv-dolma   dolma 1.2.1 with the boto pins of PEERS.md (bench_exact_dedup)
 #   .bench-venv-loader  mosaicml-streaming and litdata (torchvision removed and replaced by
 #                       a stand-in module, since its PyPI wheel does not import beside the
 #                       CPU torch); run the loader benchmark with LITDATA_DISABLE_VERSION_CHECK=1
@@ -85,4 +86,18 @@ else
     $PIP install --quiet -c "$constraint" -e .
     echo "$stamp" > $V/.peers-stamp
     echo "$V: peers ready (mosaicml-streaming, litdata; run with LITDATA_DISABLE_VERSION_CHECK=1)"
+fi
+
+# .bench-venv-dolma: dolma 1.2.1 (bench_exact_dedup), alone: its boto pins (PEERS.md) keep
+# pip from backtracking for ever; NLTK's punkt cannot download here, which `dolma dedupe`
+# does not need
+V=.bench-venv-dolma
+if ready $V "dolma"; then
+    echo "$V: up to date"
+else
+    test -x "$V/bin/python" || $PY -m venv "$V"
+    "$V/bin/python" -m pip install --quiet --upgrade pip wheel
+    "$V/bin/python" -m pip install --quiet "dolma==1.2.1" "boto3==1.26.76" "botocore==1.29.76" "aiobotocore==2.5.0"
+    echo "$stamp" > $V/.peers-stamp
+    echo "$V: peers ready (dolma 1.2.1)"
 fi
