@@ -88,6 +88,9 @@ JOB_SERVER_HEAP = "--job_server_jvm_properties=-Xmx2g"
 #   size as documents grow: at 3M documents (4.1 GB of JSONL) 64 partitions ran the 2 GB
 #   heap out in dedup_minhash (2026-12-02; the same run had passed the day before: at the
 #   edge), 192 finished. 64 at 1M (1.4 GB) and 192 at 3M are both ~21 MB of input each.
+#   Below 64 x 21 MB the partitions go down to SPARK_MIN_PARTITIONS: a small job's 64
+#   tasks a shuffle were pure overhead (the engine test's whole chain, ~1 MB of input:
+#   231 -> 104 CPU s of the process tree and the same outputs with 4, 2026-12-07).
 # How long (ms) the job server keeps a job's SDK environment after its last task. Beam's
 # default, 0, releases it when no task holds it, and Spark's local tasks (a stage is 64+
 # partitions run 2 at a time) drop the count to 0 between waves: the next task starts the
@@ -105,14 +108,19 @@ ENVIRONMENT_CACHE = "--environment_cache_millis=10000"
 
 SPARK_PARTITIONS = 64
 SPARK_PARTITION_BYTES = 21 * 1024 * 1024
+SPARK_MIN_PARTITIONS = 4
 SPARK_TUNING = ("--job_server_jvm_properties=-Dspark.serializer=org.apache.spark.serializer.KryoSerializer",
                 "--job_server_jvm_properties=--add-exports=java.base/sun.security.action=ALL-UNNAMED",
                 "--storage_level=MEMORY_AND_DISK")
 
 
 def spark_partitions(input_bytes: int) -> int:
-    """Spark's partitions for a job reading ``input_bytes`` (0: unknown, e.g. a crawl)."""
-    return max(SPARK_PARTITIONS, math.ceil(max(0, input_bytes) / SPARK_PARTITION_BYTES))
+    """Spark's partitions for a job reading ``input_bytes``: one per SPARK_PARTITION_BYTES,
+    at least SPARK_MIN_PARTITIONS (two waves of local[2]'s tasks); SPARK_PARTITIONS when
+    the size is unknown (0, e.g. a crawl)."""
+    if input_bytes <= 0:
+        return SPARK_PARTITIONS
+    return max(SPARK_MIN_PARTITIONS, math.ceil(input_bytes / SPARK_PARTITION_BYTES))
 
 
 # Where the Python SDK workers run when `pipelines.run --sdk-workers auto` (the default)

@@ -50,8 +50,13 @@ def test_engine_options(tmp_path, monkeypatch):
         assert not any(a.startswith("--environment_cache") for a in pooled)
     assert not any(a.startswith("--environment_cache") for a in engine_args("prism") + engine_args("direct-mp"))
     assert "--job_server_jvm_properties=-Dspark.default.parallelism=64" in spark
-    # partitions follow the input (~21 MB each, at least 64): 3M documents (4.08 GB) are 186
+    # partitions follow the input (~21 MB each, at least 4; 64 when the size is unknown):
+    # 3M documents (4.08 GB) are 186, a small test input 4 (64 tasks a shuffle cost the
+    # engine test 2.5x its CPU)
     assert spark_partitions(0) == 64 and spark_partitions(64 * 21 * 2**20) == 64
+    assert spark_partitions(1) == 4 and spark_partitions(4 * 21 * 2**20) == 4
+    assert spark_partitions(4 * 21 * 2**20 + 1) == 5
+    assert "--job_server_jvm_properties=-Dspark.default.parallelism=4" in engine_args("spark", input_bytes=1000)
     assert spark_partitions(64 * 21 * 2**20 + 1) == 65 and spark_partitions(4_080_269_726) == 186
     assert "--job_server_jvm_properties=-Dspark.default.parallelism=186" in engine_args(
         "spark", input_bytes=4_080_269_726)
