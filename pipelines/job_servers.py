@@ -6,12 +6,14 @@ its end, each ignoring a terminal's Ctrl-C, which the run handles (``pipelines.i
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Iterator
@@ -36,6 +38,48 @@ class _JavaErrorsOnly(logging.Filter):
             record.levelno, record.levelname = logging.WARNING, "WARNING"
             return True
         return False
+
+
+def _runner_hung_up(exc: BaseException | None) -> bool:
+    """Whether ``exc`` is the runner closing an SDK harness's data channel (gRPC CANCELLED,
+    Beam's Java "Multiplexer hanging up"): what the job server does when it releases a job's
+    environment (``--environment_cache_millis`` after the last task, the job's end, the run's
+    stop), not a failure: a bundle it broke fails the job through the job service."""
+    import grpc
+
+    code = getattr(exc, "code", None)
+    return isinstance(exc, grpc.RpcError) and callable(code) and code() == grpc.StatusCode.CANCELLED
+
+
+class _ReleasedEnvironmentLog(logging.Filter):
+    """Beam's data plane logs that hang-up as an ERROR with its traceback ("Failed to read
+    inputs in the data plane."): shown at DEBUG only."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and _runner_hung_up(record.exc_info[1]):
+            return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+        return True
+
+
+def _quiet_hung_up_reader(args: "threading.ExceptHookArgs", previous=threading.excepthook) -> None:  # type: ignore[no-untyped-def]
+    """...and its reader thread then dies with the same exception, printed by Python."""
+    if not (args.thread is not None and args.thread.name == "read_grpc_client_inputs"
+            and _runner_hung_up(args.exc_value)):
+        previous(args)
+
+
+def quiet_released_environments() -> None:
+    """Keeps the hang-up of a LOOPBACK harness's data channel (in this process) out of the
+    run's output. Seen on Flink and Spark runs that ended well, and on a Ctrl-C where it
+    came before the run had the signal: 2 tracebacks, an ERROR and "Exception in thread".
+    For the whole process once called (the thread may die after the job server stopped);
+    it hides nothing else: other exceptions, threads and loggers are untouched."""
+    data_plane = logging.getLogger("apache_beam.runners.worker.data_plane")
+    if not any(isinstance(f, _ReleasedEnvironmentLog) for f in data_plane.filters):
+        data_plane.addFilter(_ReleasedEnvironmentLog())
+    hook = threading.excepthook
+    if not (isinstance(hook, functools.partial) and hook.func is _quiet_hung_up_reader):
+        threading.excepthook = functools.partial(_quiet_hung_up_reader, previous=hook)
 
 
 class _JobServerProcess(subprocess_server.SubprocessServer):
@@ -116,6 +160,8 @@ def shared_job_server(options: beam.options.pipeline_options.PipelineOptions) ->
 
     runner = str(options.view_as(StandardOptions).runner or "")
     portable = options.view_as(PortableOptions)
+    if runner in ("FlinkRunner", "SparkRunner", "PrismRunner", "PortableRunner"):
+        quiet_released_environments()
     server = None
     if not portable.job_endpoint and runner in ("FlinkRunner", "SparkRunner"):
         if runner == "FlinkRunner" and not options.view_as(FlinkRunnerOptions).flink_submit_uber_jar:
