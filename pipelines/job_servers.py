@@ -16,7 +16,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import apache_beam as beam
 from apache_beam.utils import subprocess_server
@@ -40,15 +40,21 @@ class _JavaErrorsOnly(logging.Filter):
         return False
 
 
+# How a runner ends an SDK harness's gRPC streams when it is done with them: CANCELLED
+# (Beam's Java "Multiplexer hanging up") when the job server releases a job's environment
+# (``--environment_cache_millis`` after the last task, the job's end, the run's stop),
+# UNAVAILABLE ("Stream removed (Socket closed)") when it closes the sockets under them.
+_HANG_UPS = ("CANCELLED", "UNAVAILABLE")
+
+
 def _runner_hung_up(exc: BaseException | None) -> bool:
-    """Whether ``exc`` is the runner closing an SDK harness's data channel (gRPC CANCELLED,
-    Beam's Java "Multiplexer hanging up"): what the job server does when it releases a job's
-    environment (``--environment_cache_millis`` after the last task, the job's end, the run's
-    stop), not a failure: a bundle it broke fails the job through the job service."""
+    """Whether ``exc`` is the runner closing an SDK harness's stream (``_HANG_UPS``): not a
+    failure of its own; a bundle the close broke fails the job through the job service,
+    which the run reports."""
     import grpc
 
     code = getattr(exc, "code", None)
-    return isinstance(exc, grpc.RpcError) and callable(code) and code() == grpc.StatusCode.CANCELLED
+    return isinstance(exc, grpc.RpcError) and callable(code) and getattr(code(), "name", "") in _HANG_UPS
 
 
 class _ReleasedEnvironmentLog(logging.Filter):
@@ -61,19 +67,28 @@ class _ReleasedEnvironmentLog(logging.Filter):
         return True
 
 
-def _quiet_hung_up_reader(args: "threading.ExceptHookArgs", previous=threading.excepthook) -> None:  # type: ignore[no-untyped-def]
-    """...and its reader thread then dies with the same exception, printed by Python."""
-    if not (args.thread is not None and args.thread.name == "read_grpc_client_inputs"
-            and _runner_hung_up(args.exc_value)):
+def _in_beam_harness(tb: Any) -> bool:
+    while tb is not None:
+        if "apache_beam/runners/worker/" in tb.tb_frame.f_code.co_filename.replace(os.sep, "/"):
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def _quiet_hung_up_reader(args: Any, previous: Any = threading.excepthook) -> None:
+    """...and the harness's threads then die with the same exception, printed by Python
+    (its reader ``read_grpc_client_inputs``, ``read_state``, ``run_worker_*`` re-raising it
+    when it closes the channel). Only exceptions raised in Beam's worker code are held back."""
+    if not (_runner_hung_up(args.exc_value) and _in_beam_harness(args.exc_traceback)):
         previous(args)
 
 
 def quiet_released_environments() -> None:
-    """Keeps the hang-up of a LOOPBACK harness's data channel (in this process) out of the
-    run's output. Seen on Flink and Spark runs that ended well, and on a Ctrl-C where it
-    came before the run had the signal: 2 tracebacks, an ERROR and "Exception in thread".
-    For the whole process once called (the thread may die after the job server stopped);
-    it hides nothing else: other exceptions, threads and loggers are untouched."""
+    """Keeps the runner's hang-up of a LOOPBACK harness (in this process) out of the run's
+    output. Seen on Flink and Spark runs that ended well, and on a Ctrl-C where it came
+    before the run had the signal: 2 tracebacks, an ERROR and "Exception in thread". For
+    the whole process once called (the threads may die after the job server stopped); it
+    hides nothing else: other exceptions, codes, threads and loggers are untouched."""
     data_plane = logging.getLogger("apache_beam.runners.worker.data_plane")
     if not any(isinstance(f, _ReleasedEnvironmentLog) for f in data_plane.filters):
         data_plane.addFilter(_ReleasedEnvironmentLog())

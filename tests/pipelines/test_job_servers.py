@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from concurrent import futures
 
 import grpc
@@ -26,19 +25,28 @@ class _HangingUp(beam_fn_api_pb2_grpc.BeamFnDataServicer):
 
 
 def _read_until_hung_up(code: grpc.StatusCode) -> None:
+    """Beam's data channel reads from a server that ends the stream with ``code``; returns
+    once its reader thread has ended (its exception hook run)."""
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
     beam_fn_api_pb2_grpc.add_BeamFnDataServicer_to_server(_HangingUp(code), server)
     port = server.add_insecure_port("127.0.0.1:0")
+    started: list[threading.Thread] = []
+    real_start = threading.Thread.start
+
+    def start(thread: threading.Thread) -> None:
+        started.append(thread)
+        real_start(thread)
+
     server.start()
     try:
         with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-            before = {t for t in threading.enumerate()}
-            data_plane.GrpcClientDataChannel(beam_fn_api_pb2_grpc.BeamFnDataStub(channel))
-            deadline = time.monotonic() + 60
-            readers = [t for t in threading.enumerate() if t not in before and t.name == "read_grpc_client_inputs"]
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setattr(threading.Thread, "start", start)
+                data_plane.GrpcClientDataChannel(beam_fn_api_pb2_grpc.BeamFnDataStub(channel))
+            readers = [t for t in started if t.name == "read_grpc_client_inputs"]
             assert readers, "the data plane started no reader thread"
             for reader in readers:
-                reader.join(timeout=max(0.0, deadline - time.monotonic()))
+                reader.join(timeout=60)
                 assert not reader.is_alive()
     finally:
         server.stop(grace=None)
@@ -65,10 +73,17 @@ def test_a_released_environment_logs_nothing_and_its_reader_dies_quietly(thread_
     assert not [r for r in caplog.records if r.name.startswith("apache_beam")], caplog.text
 
 
-def test_other_channel_errors_are_still_shown(thread_errors, caplog):
+def test_a_closed_socket_is_a_hang_up_too(thread_errors, caplog):
+    """UNAVAILABLE ("Stream removed (Socket closed)"): the job server closing its sockets."""
     caplog.set_level(logging.WARNING)
     _read_until_hung_up(grpc.StatusCode.UNAVAILABLE)
-    assert len(thread_errors) == 1 and thread_errors[0].code() == grpc.StatusCode.UNAVAILABLE
+    assert thread_errors == [] and "Failed to read inputs" not in caplog.text
+
+
+def test_other_channel_errors_are_still_shown(thread_errors, caplog):
+    caplog.set_level(logging.WARNING)
+    _read_until_hung_up(grpc.StatusCode.INTERNAL)
+    assert len(thread_errors) == 1 and thread_errors[0].code() == grpc.StatusCode.INTERNAL
     assert "Failed to read inputs in the data plane." in caplog.text
 
 
@@ -76,3 +91,17 @@ def test_the_hang_up_is_kept_at_debug(thread_errors, caplog):
     caplog.set_level(logging.DEBUG, logger="apache_beam.runners.worker.data_plane")
     _read_until_hung_up(grpc.StatusCode.CANCELLED)
     assert "Failed to read inputs in the data plane." in caplog.text
+
+
+def test_a_hang_up_raised_outside_beams_harness_is_shown(thread_errors):
+    class HungUp(grpc.RpcError):
+        def code(self) -> grpc.StatusCode:
+            return grpc.StatusCode.CANCELLED
+
+    def fail() -> None:
+        raise HungUp()
+
+    thread = threading.Thread(target=fail, name="read_grpc_client_inputs")
+    thread.start()
+    thread.join()
+    assert len(thread_errors) == 1 and isinstance(thread_errors[0], HungUp)
