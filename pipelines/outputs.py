@@ -122,6 +122,21 @@ class _WriteBundleFiles(beam.DoFn):
             yield GlobalWindows.windowed_value(self._path)
 
 
+class _WriteBundleTables(_WriteBundleFiles):
+    """``pa.Table`` elements (already in ``schema``) → one Parquet file per bundle, as
+    ``_WriteBundleFiles`` writes rows."""
+
+    def __init__(self, temp_dir: str, schema: pa.Schema, row_group_bytes: int = ROW_GROUP_BYTES) -> None:
+        super().__init__(temp_dir, schema, dict, row_group_bytes)
+
+    def process(self, element: pa.Table) -> None:
+        for batch in element.to_batches():
+            self._batches.append(batch)
+            self._batch_bytes += batch.nbytes
+        if self._batch_bytes >= self._row_group_bytes:
+            self._write_row_group()
+
+
 def finalize_parts(directory: str, temp_dir: str, schema: pa.Schema, written: Iterable[str]) -> list[str]:
     """The files committed bundles wrote → ``part-i-of-n`` in ``directory``, in sorted
     order of their temporary names; no file at all → one empty part (the schema, 0 rows),
@@ -152,30 +167,36 @@ def finalize_parts(directory: str, temp_dir: str, schema: pa.Schema, written: It
 
 
 class WriteParquet(beam.PTransform):
-    """Elements → ``<directory>/part-NNNNN-of-MMMMM.parquet`` via ``to_row``: one file per
-    bundle, renamed into place by one finalize step (no side input, so the write fuses
-    into the stage that makes the rows on every runner)."""
+    """Elements → ``<directory>/part-NNNNN-of-MMMMM.parquet`` via ``to_row`` (``to_row``
+    None: the elements are ``pa.Table``s in ``schema``): one file per bundle, renamed into
+    place by one finalize step (no side input, so the write fuses into the stage that
+    makes the rows on every runner)."""
 
-    def __init__(self, directory: str, schema: pa.Schema, to_row: Callable[[Any], dict]) -> None:
+    def __init__(self, directory: str, schema: pa.Schema, to_row: Optional[Callable[[Any], dict]]) -> None:
         super().__init__()
         self._directory = directory
         self._schema = schema
         self._to_row = to_row
 
     def expand(self, pcoll: beam.PCollection[Any]) -> beam.PCollection[str]:  # the files written
-        directory, schema = self._directory, self._schema
-        temp_dir = FileSystems.join(directory, f".temp-{uuid.uuid4().hex}")
-        written = pcoll | "WriteBundles" >> beam.ParDo(_WriteBundleFiles(temp_dir, schema, self._to_row))
-        # the finalize step runs once even when no bundle wrote a file: a marker joins the paths
-        marker = pcoll.pipeline | "Once" >> beam.Create([""])
-        return (
-            (written, marker)
-            | "WithMarker" >> beam.Flatten()
-            | "OneKey" >> beam.Map(lambda path: (None, path))
-            | "Together" >> beam.GroupByKey()
-            | "Finalize" >> beam.FlatMap(
-                lambda group: finalize_parts(directory, temp_dir, schema, (p for p in group[1] if p)))
-        )
+        temp_dir = FileSystems.join(self._directory, f".temp-{uuid.uuid4().hex}")
+        write = (_WriteBundleTables(temp_dir, self._schema) if self._to_row is None
+                 else _WriteBundleFiles(temp_dir, self._schema, self._to_row))
+        return _commit(pcoll | "WriteBundles" >> beam.ParDo(write), self._directory, temp_dir, self._schema)
+
+
+def _commit(written: beam.PCollection[str], directory: str, temp_dir: str, schema: pa.Schema) -> beam.PCollection[str]:
+    """The bundles' files → ``part-i-of-n`` by one finalize step, which runs once even
+    when no bundle wrote a file (a marker joins the paths)."""
+    marker = written.pipeline | "Once" >> beam.Create([""])
+    return (
+        (written, marker)
+        | "WithMarker" >> beam.Flatten()
+        | "OneKey" >> beam.Map(lambda path: (None, path))
+        | "Together" >> beam.GroupByKey()
+        | "Finalize" >> beam.FlatMap(
+            lambda group: finalize_parts(directory, temp_dir, schema, (p for p in group[1] if p)))
+    )
 
 
 class WriteStageOutputs(beam.PTransform):
@@ -204,6 +225,25 @@ class WriteStageOutputs(beam.PTransform):
             outputs.kept | "WriteDocs" >> WriteParquet(docs_dir, DOC_SCHEMA, doc_to_row)
         outputs.rejected | "WriteRejected" >> WriteParquet(
             join(self._output, "rejected", self._stage), REJECTED_SCHEMA, rejected_to_row)
+        outputs.failed | "WriteFailed" >> WriteParquet(
+            join(self._output, "failed", self._stage), FAILED_SCHEMA, failure_to_row)
+        return beam.pvalue.PDone(outputs.rejected.pipeline)
+
+
+class WriteStageTables(beam.PTransform):
+    """``StageOutputs`` whose kept and rejected elements are ``pa.Table``s (``DOC_SCHEMA``,
+    ``REJECTED_SCHEMA``) → the same folders and files as ``WriteStageOutputs``."""
+
+    def __init__(self, output: str, stage: str) -> None:
+        super().__init__()
+        self._output = output
+        self._stage = stage
+
+    def expand(self, outputs: StageOutputs) -> beam.pvalue.PDone:
+        join = FileSystems.join
+        outputs.kept | "WriteDocs" >> WriteParquet(join(self._output, "docs", self._stage), DOC_SCHEMA, None)
+        outputs.rejected | "WriteRejected" >> WriteParquet(
+            join(self._output, "rejected", self._stage), REJECTED_SCHEMA, None)
         outputs.failed | "WriteFailed" >> WriteParquet(
             join(self._output, "failed", self._stage), FAILED_SCHEMA, failure_to_row)
         return beam.pvalue.PDone(outputs.rejected.pipeline)

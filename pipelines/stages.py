@@ -22,10 +22,10 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.io.filesystems import FileSystems
 
 from pipelines.manifest import list_files, read_manifest
-from pipelines.outputs import FETCH_LOG_SCHEMA, WriteParquet, WriteStageOutputs, fetch_log_row
+from pipelines.outputs import FETCH_LOG_SCHEMA, WriteParquet, WriteStageOutputs, WriteStageTables, fetch_log_row
 from transforms.clean.clean import Clean
 from transforms.crawl.crawler import Crawl
-from transforms.dedup.dedup import ExactDedup
+from transforms.dedup.exact_files import ExactDedupFiles
 from transforms.doc import FAILED_SCHEMA, REJECTED_SCHEMA, Doc, doc_from_row, failure_to_row, rejected_to_row
 from transforms.extract.extract import ExtractText
 from transforms.readers.files import FileRef, match_pattern, split_ranges, storage_options_for
@@ -258,10 +258,12 @@ def plan_dedup_exact(config: JobConfig, upstream: str) -> StagePlan:
         raise ValueError("dedup stage planned without a dedup section")
     files, fingerprint = upstream_docs(config, upstream)
     stage = "dedup_exact"
+    # one key bucket per input file, up to 1024: a bucket's keys are ~40 bytes a document
+    buckets = min(max(len(files), 1), 1024)
 
     def build(pipeline: beam.Pipeline) -> None:
-        outputs = pipeline | "ReadDocs" >> ReadDocs(files) | "Exact" >> ExactDedup(dedup, stage)
-        outputs | "WriteOutputs" >> WriteStageOutputs(config.output, stage)
+        outputs = pipeline | "Exact" >> ExactDedupFiles(files, dedup, stage, buckets)
+        outputs | "WriteOutputs" >> WriteStageTables(config.output, stage)
 
     return StagePlan(name=stage, config_hash=config.section_hash("dedup"), inputs=tuple(files),
                      fingerprint=_fingerprint([fingerprint]), build=build)

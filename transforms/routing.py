@@ -76,6 +76,19 @@ class StageCounters:
         progress.record(self.stage, "out")
         self._maybe_log()
 
+    def kept_many(self, n: int) -> None:
+        """``n`` documents kept at once (the Arrow paths: no ``chars_out`` per document)."""
+        self._out.inc(n)
+        self._local["out"] += n
+        progress.record(self.stage, "out", n)
+        self._maybe_log()
+
+    def rejected_many(self, reason: str, n: int) -> None:
+        self._counter(f"rejected_{reason}").inc(n)
+        self._local["rejected"] += n
+        progress.record(self.stage, "rejected", n)
+        self._maybe_log()
+
     def rejected(self, reason: str) -> None:
         self._counter(f"rejected_{reason}").inc()
         self._local["rejected"] += 1

@@ -122,13 +122,18 @@ class DedupConfig:
             raise ValueError(f"keep must be smallest_id or highest_quality, got {self.keep!r}")
 
     def node(self, doc: Doc, previous_run: bool = False) -> str:
-        quality = doc.quality_score if self.keep == "highest_quality" else None
+        return self.node_of(doc.id, doc.quality_score, previous_run)
+
+    def node_of(self, doc_id: str, quality_score: Optional[float], previous_run: bool = False) -> str:
+        """``node`` of a document given only its id and quality score (the Arrow path
+        ranks rows without building ``Doc`` objects)."""
+        quality = quality_score if self.keep == "highest_quality" else None
         if self.keep == "highest_quality" and quality is None:
             quality = 0.0
         # node_key's "<old|new><rank>|<id>" with the natural-order key before the
         # separator: node strings compare as (run, rank, id_order_key, id).
-        head = node_key(doc.id, previous_run, quality).split("|", 1)[0]
-        return f"{head}{id_order_key(doc.id)}|{doc.id}"
+        head = node_key(doc_id, previous_run, quality).split("|", 1)[0]
+        return f"{head}{id_order_key(doc_id)}|{doc_id}"
 
 
 def text_key(doc: Doc) -> str:

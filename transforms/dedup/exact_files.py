@@ -1,0 +1,226 @@
+"""Exact dedup over a stage's Parquet files, Arrow-native: only keys cross the shuffles.
+
+``ExactDedupFiles`` decides what ``ExactDedup`` decides (URL duplicates, then text
+duplicates among the URL survivors, the first by ``DedupConfig.node`` kept, the same
+reasons and details), but no ``Doc`` is built and no document row is shuffled:
+
+1. ``Keys``: per input file, the key columns (id, url, text, quality_score when
+   ``keep: highest_quality``) → 192-bit URL and text keys (``exact_keys``) → a few
+   ``KeyChunk``s per file, one per bucket of the key; an unreadable file → ``failed/``;
+2. ``GroupUrl`` / ``DecideUrl``: per URL bucket, duplicates → ``Rejections`` per file,
+   survivors re-bucketed by text key; documents without a URL go to the text step directly;
+3. ``GroupText`` / ``DecideText``: the same over the text keys;
+4. ``ByFile`` / ``Filter``: per input file, its rejections → a row mask over the file's
+   batches → kept rows and rejected rows (with reason and detail) as Arrow tables.
+
+The outputs are ``StageOutputs`` whose kept and rejected elements are ``pa.Table``s in
+``DOC_SCHEMA`` / ``REJECTED_SCHEMA`` (``pipelines.outputs.WriteStageTables`` writes them);
+failed elements are ``Failure`` records. Counters: ``records_in`` per readable row (and 1
+per unreadable file), ``records_out`` and ``rejected_<reason>`` as rows are written.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Iterable, Iterator, Sequence
+
+import apache_beam as beam
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
+from transforms.dedup.dedup import DedupConfig, DedupReason
+from transforms.dedup.exact_keys import (KEY_WORDS, KeyChunk, Rejections, by_bucket, concat, decide,
+                                         rejections_by_file, text_keys, url_keys)
+from transforms.dedup.exact_rows import conform, split_rows
+from transforms.routing import FAILED, KEPT, REJECTED, StageCounters, StageOutputs, make_failure
+
+_LOGGER = logging.getLogger(__name__)
+
+URL, TEXT, ROWS = "url", "text", "rows"
+BATCH_ROWS = 32 * 1024  # rows read per batch (the text column of one batch: ~40 MB at 1.2 KB)
+_READ_ERRORS = (OSError, ValueError, KeyError, pa.ArrowException)
+
+
+def _open(path: str) -> pq.ParquetFile:
+    return pq.ParquetFile(FileSystems.open(path, mime_type="application/octet-stream",
+                                           compression_type=CompressionTypes.UNCOMPRESSED))
+
+
+def _key_chunk(config: DedupConfig, batch: pa.RecordBatch, file: int, first_row: int) -> tuple[KeyChunk, np.ndarray]:
+    """The ``KeyChunk`` of one batch of file ``file``, and which of its rows have a URL."""
+    n = batch.num_rows
+    names = batch.schema.names
+    column = lambda name: batch.column(name).to_pylist() if name in names else [None] * n  # noqa: E731
+    has_url, url = np.zeros(n, dtype=bool), None
+    if config.exact_url:
+        has_url, keys = url_keys(column("url"))
+        url = np.zeros((n, KEY_WORDS), dtype=np.uint64)
+        url[has_url] = keys
+    text = text_keys([t or "" for t in column("text")]) if config.exact_text else None
+    quality = None
+    if config.keep == "highest_quality":
+        quality = np.array([0.0 if q is None else q for q in column("quality_score")], dtype=np.float64)
+    chunk = KeyChunk(files=np.full(n, file, dtype=np.uint32), rows=np.arange(first_row, first_row + n, dtype=np.int64),
+                     ids=np.array(batch.column("id").to_pylist(), dtype=object), url=url, text=text, quality=quality)
+    return chunk, has_url
+
+
+class _FileKeysFn(beam.DoFn):
+    """(file index, path) → (bucket, ``KeyChunk``) for the first step (tagged ``URL`` or
+    ``TEXT``) and (file index, its row count) as ``ROWS``; an unreadable file → ``FAILED``."""
+
+    def __init__(self, config: DedupConfig, stage: str, buckets: int) -> None:
+        self._config, self._stage, self._buckets = config, stage, buckets
+
+    def setup(self) -> None:
+        self._counters = StageCounters(self._stage)
+
+    def _columns(self) -> list[str]:
+        config = self._config
+        wanted = ["id"] + ["url"] * config.exact_url + ["text"] * config.exact_text
+        return wanted + ["quality_score"] * (config.keep == "highest_quality")
+
+    def process(self, element: tuple[int, str]) -> Iterator[Any]:
+        file, path = element
+        chunks: list[tuple[KeyChunk, np.ndarray]] = []
+        try:
+            parquet = _open(path)
+            rows = parquet.metadata.num_rows
+            if self._config.exact_url or self._config.exact_text:
+                columns = [c for c in self._columns() if c == "id" or c in parquet.schema_arrow.names]
+                first = 0
+                for batch in parquet.iter_batches(batch_size=BATCH_ROWS, columns=columns):
+                    chunks.append(_key_chunk(self._config, batch, file, first))
+                    first += batch.num_rows
+        except _READ_ERRORS as err:
+            self._counters.record_in()
+            self._counters.failed(type(err).__name__)
+            yield beam.pvalue.TaggedOutput(FAILED, make_failure(
+                self._stage, f"{path}: unreadable input: {err}", path, -1, b"", type(err).__name__))
+            return
+        self._counters.record_in(rows)
+        yield file, rows  # the main output
+        yield from self._first_step(chunks)
+
+    def _first_step(self, chunks: list[tuple[KeyChunk, np.ndarray]]) -> Iterator[Any]:
+        if not chunks:
+            return
+        chunk = concat([c for c, _ in chunks])
+        has_url = np.concatenate([h for _, h in chunks])
+        if self._config.exact_url:
+            with_url = chunk.take(np.flatnonzero(has_url))
+            for bucket, part in by_bucket(with_url, with_url.url, self._buckets):
+                yield beam.pvalue.TaggedOutput(URL, (bucket, part))
+        if self._config.exact_text:  # never URL duplicates: straight to the text step
+            rest = chunk.take(np.flatnonzero(~has_url), url=False)
+            for bucket, part in by_bucket(rest, rest.text, self._buckets):
+                yield beam.pvalue.TaggedOutput(TEXT, (bucket, part))
+
+
+class _DecideFn(beam.DoFn):
+    """(bucket, ``KeyChunk``s) → (file, ``Rejections``) tagged ``REJECTED``; with
+    ``then_text``, the survivors as (text bucket, ``KeyChunk``)."""
+
+    def __init__(self, config: DedupConfig, reason: DedupReason, buckets: int, then_text: bool) -> None:
+        self._config, self._reason, self._buckets, self._then_text = config, reason, buckets, then_text
+
+    def process(self, group: tuple[int, Iterable[KeyChunk]]) -> Iterator[Any]:
+        chunk = concat(list(group[1]))
+        keys = chunk.url if self._reason is DedupReason.DUPLICATE_URL else chunk.text
+        node_of = self._config.node_of
+        rejected, kept_by = decide(keys, lambda i: node_of(chunk.ids[i], chunk.quality_of(i)))
+        for file, marks in rejections_by_file(chunk, rejected, kept_by, self._reason.value):
+            yield beam.pvalue.TaggedOutput(REJECTED, (file, marks))
+        if self._then_text:
+            survivors = np.ones(len(chunk), dtype=bool)
+            survivors[rejected] = False
+            rest = chunk.take(np.flatnonzero(survivors), url=False)
+            yield from by_bucket(rest, rest.text, self._buckets)
+
+
+class _FilterFileFn(beam.DoFn):
+    """(file index, [row count, ``Rejections``...]) → the file's kept rows (``pa.Table``,
+    main output) and rejected rows (``pa.Table`` tagged ``REJECTED``), batch by batch."""
+
+    def __init__(self, files: Sequence[str], stage: str) -> None:
+        self._files, self._stage = list(files), stage
+
+    def setup(self) -> None:
+        self._counters = StageCounters(self._stage)
+
+    def process(self, group: tuple[int, Iterable[Any]]) -> Iterator[Any]:
+        file, items = group
+        items = list(items)
+        counts = [i for i in items if isinstance(i, int)]
+        marks = [i for i in items if isinstance(i, Rejections)]
+        if len(counts) != 1:
+            raise RuntimeError(f"{self._files[file]}: {len(counts)} row counts for one input file")
+        rows = np.concatenate([m.rows for m in marks] + [np.zeros(0, dtype=np.int64)])
+        reasons = np.concatenate([np.full(len(m.rows), m.reason, dtype=object) for m in marks] + [np.zeros(0, object)])
+        kept = np.concatenate([m.kept for m in marks] + [np.zeros(0, dtype=object)])
+        order = np.argsort(rows, kind="stable")
+        rows, reasons, kept = rows[order], reasons[order], kept[order]
+        seen = 0
+        for batch in _open(self._files[file]).iter_batches(batch_size=BATCH_ROWS):
+            lo, hi = np.searchsorted(rows, [seen, seen + batch.num_rows])
+            table = conform(batch)
+            kept_rows, dropped = split_rows(table, rows[lo:hi] - seen, reasons[lo:hi].tolist(),
+                                            [f"duplicate of {k}" for k in kept[lo:hi].tolist()])
+            seen += batch.num_rows
+            yield from self._emit(kept_rows, dropped)
+        if seen != counts[0]:
+            raise RuntimeError(f"{self._files[file]}: read {seen} rows, its keys were computed over {counts[0]}")
+
+    def _emit(self, kept: pa.Table, dropped: pa.Table) -> Iterator[Any]:
+        if kept.num_rows:
+            self._counters.kept_many(kept.num_rows)
+            yield kept
+        if dropped.num_rows:
+            for reason, n in zip(*np.unique(dropped.column("reason").to_numpy(zero_copy_only=False),
+                                            return_counts=True)):
+                self._counters.rejected_many(str(reason), int(n))
+            yield beam.pvalue.TaggedOutput(REJECTED, dropped)
+
+
+class ExactDedupFiles(beam.PTransform):
+    """``PBegin`` → ``StageOutputs`` of Arrow tables: ``ExactDedup``'s decisions over the
+    Parquet ``files`` of a previous stage, with only keys shuffled (``buckets`` groups
+    per step)."""
+
+    def __init__(self, files: Sequence[str], config: DedupConfig, stage: str = "dedup_exact",
+                 buckets: int = 1) -> None:
+        super().__init__()
+        if buckets < 1:
+            raise ValueError(f"buckets must be >= 1, got {buckets}")
+        self._files, self._config, self._stage, self._buckets = list(files), config, stage, buckets
+
+    def expand(self, pbegin: beam.pvalue.PBegin) -> StageOutputs:
+        config, buckets = self._config, self._buckets
+        keyed = (pbegin
+                 | "Files" >> beam.Create(list(enumerate(self._files)))  # reshuffled: spread over workers
+                 | "Keys" >> beam.ParDo(_FileKeysFn(config, self._stage, buckets)).with_outputs(
+                     FAILED, URL, TEXT, main=ROWS))
+        marks = [keyed[ROWS]]
+        to_text = [keyed[TEXT]]
+        if config.exact_url:
+            url = (keyed[URL]
+                   | "GroupUrl" >> beam.GroupByKey()
+                   | "DecideUrl" >> beam.ParDo(_DecideFn(config, DedupReason.DUPLICATE_URL, buckets,
+                                                         config.exact_text)).with_outputs(REJECTED, main=TEXT))
+            marks.append(url[REJECTED])
+            to_text.append(url[TEXT])
+        if config.exact_text:
+            text = (tuple(to_text)
+                    | "ToText" >> beam.Flatten()
+                    | "GroupText" >> beam.GroupByKey()
+                    | "DecideText" >> beam.ParDo(_DecideFn(config, DedupReason.DUPLICATE_TEXT, buckets,
+                                                           False)).with_outputs(REJECTED, main=TEXT))
+            marks.append(text[REJECTED])
+        written = (tuple(marks)
+                   | "AllMarks" >> beam.Flatten()
+                   | "ByFile" >> beam.GroupByKey()
+                   | "Filter" >> beam.ParDo(_FilterFileFn(self._files, self._stage)).with_outputs(REJECTED, main=KEPT))
+        return StageOutputs(kept=written[KEPT], rejected=written[REJECTED], failed=keyed[FAILED])
