@@ -43,3 +43,16 @@ def _root_log_level():
     level = root.level
     yield
     root.setLevel(level)
+
+
+@pytest.fixture(autouse=True)
+def _no_signal_left():
+    """A test that interrupts ``pipelines.run.main`` (a signal, or one raised by hand)
+    leaves ``pipelines.interrupts`` holding it (the command's exit code needs it after the
+    run); a later test calling ``run_job`` directly would stop as interrupted. Cleared
+    after every test."""
+    yield
+    from pipelines import interrupts
+
+    interrupts._State.signum, interrupts._State.quiet = None, False
+    logging.disable(logging.NOTSET)
