@@ -163,18 +163,20 @@ def test_crawl_stage_equals_fnapi(tmp_path, direct_crawl, engine):
 
 
 def test_worker_killed_during_near_dedup_on_flink(job, reference, tmp_path):
-    """Every stage on Flink with a worker-pool sidecar (``--environment_type=EXTERNAL``: the
-    SDK workers, two at once, run in the pool's processes), one of its SDK worker processes
-    killed (SIGKILL) while dedup_minhash runs. The job recovers (the pool starts a worker
+    """The stages from dedup_minhash on, on Flink with a worker-pool sidecar
+    (``--environment_type=EXTERNAL``: the SDK workers, two at once, run in the pool's
+    processes), one of its SDK worker processes killed (SIGKILL) while dedup_minhash runs. The job recovers (the pool starts a worker
     that died before it connected again) or Flink fails the pipeline and the job exits 1
     naming the stage and the engine; it never hangs. Run again, the same command resumes
     at dedup_minhash. The outputs of every stage are exactly FnApiRunner's: nothing lost,
     nothing twice. (One test for the pool and the kill: CI's 30 minutes.)"""
     out = str(tmp_path / "out")
+    # the first stages on FnApiRunner (the pool's own path from extract on: the Spark pool
+    # test), the rest on Flink with the pool
+    code, table = run(["--config", job.config, "--output", out, "--stages", "extract,clean,dedup_exact"])
+    assert code == 0, table
     with WorkerPool(log=tmp_path / "pool.log") as pool, Sampler(pool) as sampler:
         args = engine_args("flink", worker_pool=pool.address)
-        code, table = run(["--config", job.config, "--output", out, "--stages", "extract,clean,dedup_exact"] + args)
-        assert code == 0, table
         cmd = [sys.executable, "-m", "pipelines.run", "--config", job.config, "--output", out,
                "--stages", "dedup_minhash", "--no-progress", "--no-report", "--log-level", "WARNING"] + args
         with open(tmp_path / "stdout.txt", "w") as stdout, open(tmp_path / "stderr.txt", "w") as stderr:

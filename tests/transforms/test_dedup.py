@@ -224,14 +224,14 @@ def test_split_hot_nodes_give_the_same_components(beam_options, tmp_path, kind, 
 
 
 def test_hot_node_split_bounds_the_largest_group(beam_options, tmp_path):
-    """A star of 3,000 around one node: unsplit, the node's group holds all 3,000; split
-    at 500, no group exceeds a small multiple of 500 and the components are the same."""
-    edges = [(i, 0) for i in range(1, 3000)] + [(3000 + i, 3001 + i) for i in range(20)]
+    """A star of 1,500 around one node: unsplit, the node's group holds all 1,500; split
+    at 250, no group exceeds a small multiple of 250 and the components are the same."""
+    edges = [(i, 0) for i in range(1, 1500)] + [(1500 + i, 1501 + i) for i in range(20)]
     whole, plain = beam_components(beam_options, tmp_path / "plain", edges)
-    split, hot = beam_components(beam_options, tmp_path / "hot", edges, hot_degree=500, sample_every=4)
-    assert plain["largest_group"] >= 2999 and hot["largest_group"] <= 1000
+    split, hot = beam_components(beam_options, tmp_path / "hot", edges, hot_degree=250, sample_every=4)
+    assert plain["largest_group"] >= 1499 and hot["largest_group"] <= 500
     assert whole == split
-    check_against_scipy(edges, 3100, split)
+    check_against_scipy(edges, 1600, split)
 
 
 def test_salts_for_and_stable_hash():
