@@ -24,7 +24,7 @@ from typing import Callable, Iterator, Optional, Sequence
 import numpy as np
 
 from transforms.crawl.urls import normalize_url
-from transforms.dedup.minhash import normalized_batch
+from transforms.dedup.minhash import char_batches, normalized_batch
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -69,15 +69,9 @@ def _collapsed(buf: np.ndarray) -> np.ndarray:
 def normalized_texts(texts: Sequence[str]) -> list[bytes]:
     """``normalize_for_dedup(t).encode()`` of every text, computed a batch at a time."""
     out: list[bytes] = []
-    start = 0
-    while start < len(texts):
-        stop, chars = start, 0
-        while stop < len(texts) and (stop == start or chars + len(texts[stop]) <= _BATCH_CHARS):
-            chars += len(texts[stop])
-            stop += 1
+    for start, stop in char_batches(texts, _BATCH_CHARS):
         buf, _ = normalized_batch(texts[start:stop])
         out += _collapsed(buf).tobytes().split(b"\0")
-        start = stop
     return out
 
 

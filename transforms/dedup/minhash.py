@@ -29,7 +29,7 @@ import logging
 import re
 import struct
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -146,6 +146,20 @@ def fast_shingle_hashes(w: np.ndarray, n: int) -> np.ndarray:
 _BATCH_TABLE = bytes(0 if c == 0 else c + 32 if 65 <= c <= 90 else _ASCII_TABLE[c] for c in range(256))
 _BLANK, _LOWERS = 1, 2  # code point flags: blanked punctuation; changed by str.lower()
 _BATCH_CHARS = 128 * 1024  # characters normalised and hashed together (arrays stay in cache)
+
+
+def char_batches(texts: Sequence[str], limit: int = 0) -> Iterator[tuple[int, int]]:
+    """``(start, stop)`` of runs of consecutive texts of at most ``limit`` characters
+    (0: ``_BATCH_CHARS``) together, in order; a longer text is a run of its own."""
+    limit = limit or _BATCH_CHARS
+    start = 0
+    while start < len(texts):
+        stop, chars = start, 0
+        while stop < len(texts) and (stop == start or chars + len(texts[stop]) <= limit):
+            chars += len(texts[stop])
+            stop += 1
+        yield start, stop
+        start = stop
 _LONG_DOC_CHARS = 256 * 1024  # longer documents take the per-document path (bounded tables)
 _PERM_CHUNK = 64 * 1024  # shingles per permutation step (256 KB of uint32: stays in cache)
 _INVERSE = np.uint64(pow(0x100000001B3, -1, 1 << 64))
@@ -362,19 +376,13 @@ class MinHasher:
     def signatures(self, texts: Sequence[str]) -> np.ndarray:
         """(len(texts), num_perm) uint32; an empty text's row is all 0xFFFFFFFF."""
         out = np.full((len(texts), self.num_perm), _EMPTY, dtype=np.uint32)
-        start = 0
-        while start < len(texts):
-            stop, chars = start, 0
-            while stop < len(texts) and (stop == start or chars + len(texts[stop]) <= _BATCH_CHARS):
-                chars += len(texts[stop])
-                stop += 1
+        for start, stop in char_batches(texts):
             if len(texts[start]) > _LONG_DOC_CHARS:  # a long document (alone): per-document path
                 hashes = self.shingle_hashes(texts[start])
                 counts = np.array([len(hashes)])
             else:
                 hashes, counts = self.batch_hashes(texts[start:stop])
             out[start:stop] = self.minimums(hashes, counts)
-            start = stop
         return out
 
     def minimums(self, hashes: np.ndarray, counts: np.ndarray) -> np.ndarray:
