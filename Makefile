@@ -87,6 +87,7 @@ mutation: $(STAMP) $(MUTMUT_LIB)/.installed-stamp
 	MUTMUT_LIB=$(MUTMUT_LIB) nice $(BIN)/python -m tests.mutation --jobs $(MUTATION_JOBS) $(MUTATION)
 
 # Peers for the side-by-side benchmarks, in their own venvs: datatrove in .bench-venv, the
-# streaming loaders (mosaicml-streaming, litdata) in .bench-venv-loader (they do not install together).
+# streaming loaders (mosaicml-streaming, litdata) in .bench-venv-loader, dolma 1.2.1 in
+# .bench-venv-dolma (they do not install together).
 bench-env:
 	bash benchmarks/setup_peers.sh
