@@ -200,15 +200,20 @@ def _commit(written: beam.PCollection[str], directory: str, temp_dir: str, schem
 
 
 class WriteStageOutputs(beam.PTransform):
-    """``StageOutputs`` → ``docs/<stage>/``, ``rejected/<stage>/``, ``failed/<stage>/``."""
+    """``StageOutputs`` → ``docs/<stage>/``, ``rejected/<stage>/``, ``failed/<stage>/``.
+    ``tables``: the kept and rejected elements are ``pa.Table``s already in ``DOC_SCHEMA``
+    and ``REJECTED_SCHEMA`` (the Arrow paths), written as they are."""
 
     def __init__(self, output: str, stage: str, write_kept: bool = True,
-                 languages: tuple[str, ...] = ()) -> None:
+                 languages: tuple[str, ...] = (), tables: bool = False) -> None:
         super().__init__()
+        if tables and languages:
+            raise ValueError("per-language folders need Doc elements, not tables")
         self._output = output
         self._stage = stage
         self._write_kept = write_kept
         self._languages = languages
+        self._tables = tables
 
     def expand(self, outputs: StageOutputs) -> beam.pvalue.PDone:
         join = FileSystems.join
@@ -222,28 +227,9 @@ class WriteStageOutputs(beam.PTransform):
             for name, part in zip(names, parts):
                 part | f"WriteDocs[{name}]" >> WriteParquet(join(docs_dir, name), DOC_SCHEMA, doc_to_row)
         elif self._write_kept:
-            outputs.kept | "WriteDocs" >> WriteParquet(docs_dir, DOC_SCHEMA, doc_to_row)
+            outputs.kept | "WriteDocs" >> WriteParquet(docs_dir, DOC_SCHEMA, None if self._tables else doc_to_row)
         outputs.rejected | "WriteRejected" >> WriteParquet(
-            join(self._output, "rejected", self._stage), REJECTED_SCHEMA, rejected_to_row)
-        outputs.failed | "WriteFailed" >> WriteParquet(
-            join(self._output, "failed", self._stage), FAILED_SCHEMA, failure_to_row)
-        return beam.pvalue.PDone(outputs.rejected.pipeline)
-
-
-class WriteStageTables(beam.PTransform):
-    """``StageOutputs`` whose kept and rejected elements are ``pa.Table``s (``DOC_SCHEMA``,
-    ``REJECTED_SCHEMA``) → the same folders and files as ``WriteStageOutputs``."""
-
-    def __init__(self, output: str, stage: str) -> None:
-        super().__init__()
-        self._output = output
-        self._stage = stage
-
-    def expand(self, outputs: StageOutputs) -> beam.pvalue.PDone:
-        join = FileSystems.join
-        outputs.kept | "WriteDocs" >> WriteParquet(join(self._output, "docs", self._stage), DOC_SCHEMA, None)
-        outputs.rejected | "WriteRejected" >> WriteParquet(
-            join(self._output, "rejected", self._stage), REJECTED_SCHEMA, None)
+            join(self._output, "rejected", self._stage), REJECTED_SCHEMA, None if self._tables else rejected_to_row)
         outputs.failed | "WriteFailed" >> WriteParquet(
             join(self._output, "failed", self._stage), FAILED_SCHEMA, failure_to_row)
         return beam.pvalue.PDone(outputs.rejected.pipeline)

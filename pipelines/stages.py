@@ -22,7 +22,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.io.filesystems import FileSystems
 
 from pipelines.manifest import list_files, read_manifest
-from pipelines.outputs import FETCH_LOG_SCHEMA, WriteParquet, WriteStageOutputs, WriteStageTables, fetch_log_row
+from pipelines.outputs import FETCH_LOG_SCHEMA, WriteParquet, WriteStageOutputs, fetch_log_row
 from transforms.clean.clean import Clean
 from transforms.crawl.crawler import Crawl
 from transforms.dedup.exact_files import ExactDedupFiles
@@ -263,7 +263,7 @@ def plan_dedup_exact(config: JobConfig, upstream: str) -> StagePlan:
 
     def build(pipeline: beam.Pipeline) -> None:
         outputs = pipeline | "Exact" >> ExactDedupFiles(files, dedup, stage, buckets)
-        outputs | "WriteOutputs" >> WriteStageTables(config.output, stage)
+        outputs | "WriteOutputs" >> WriteStageOutputs(config.output, stage, tables=True)
 
     return StagePlan(name=stage, config_hash=config.section_hash("dedup"), inputs=tuple(files),
                      fingerprint=_fingerprint([fingerprint]), build=build)

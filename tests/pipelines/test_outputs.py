@@ -134,3 +134,11 @@ def test_the_write_takes_no_side_input() -> None:
                  beam.portability.api.beam_runner_api_pb2.ParDoPayload.FromString(t.spec.payload).side_inputs]
     assert with_side == []
     assert outputs.ROW_GROUP_BYTES == 8 << 20
+
+
+def test_tables_cannot_be_split_by_language():
+    """Arrow tables (the exact-dedup path) carry no per-document language to route by."""
+    from pipelines.outputs import WriteStageOutputs
+
+    with pytest.raises(ValueError, match="per-language folders need Doc elements"):
+        WriteStageOutputs("out", "dedup_exact", languages=("en",), tables=True)

@@ -17,7 +17,7 @@ import pytest
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.testing.test_pipeline import TestPipeline
 
-from pipelines.outputs import WriteStageOutputs, WriteStageTables
+from pipelines.outputs import WriteStageOutputs
 from tests.transforms.test_dedup import HARD_TEXTS, book_docs
 from transforms.dedup import exact_keys
 from transforms.dedup.dedup import DedupConfig, ExactDedup
@@ -138,7 +138,7 @@ def test_files_path_writes_what_exact_dedup_writes(beam_options, tmp_path, monke
     old = _run(beam_options, lambda p: (p | beam.Create(docs) | ExactDedup(config)
                                         | WriteStageOutputs(str(tmp_path / "old"), "dedup_exact")))
     new = _run(beam_options, lambda p: (p | ExactDedupFiles(paths, config, buckets=4)
-                                        | WriteStageTables(str(tmp_path / "new"), "dedup_exact")))
+                                        | WriteStageOutputs(str(tmp_path / "new"), "dedup_exact", tables=True)))
     for sub in ("docs", "rejected", "failed"):
         assert _rows(tmp_path / "new" / sub / "dedup_exact") == _rows(tmp_path / "old" / sub / "dedup_exact"), sub
     assert new == {k: v for k, v in old.items() if k != "chars_out"}
@@ -159,7 +159,7 @@ def test_texts_whose_keys_collide_are_not_duplicates(beam_options, tmp_path, mon
 
     def rejected(name: str) -> list[tuple[str, str]]:
         _run(beam_options, lambda p: (p | ExactDedupFiles(paths, DedupConfig(), buckets=2)
-                                      | WriteStageTables(str(tmp_path / name), "dedup_exact")))
+                                      | WriteStageOutputs(str(tmp_path / name), "dedup_exact", tables=True)))
         return [(r["id"], r["reason_detail"]) for r in _rows(tmp_path / name / "rejected" / "dedup_exact")]
 
     assert rejected("checked") == [("d3", "duplicate of d0")]
@@ -175,7 +175,7 @@ def test_an_unreadable_file_is_a_failure_naming_it_and_counts_reconcile(beam_opt
     broken.write_bytes(b"not parquet at all")
     paths += [str(broken), str(tmp_path / "in" / "missing.parquet")]
     counters = _run(beam_options, lambda p: (p | ExactDedupFiles(paths, DedupConfig(), buckets=3)
-                                             | WriteStageTables(str(tmp_path / "out"), "dedup_exact")))
+                                             | WriteStageOutputs(str(tmp_path / "out"), "dedup_exact", tables=True)))
     failed = _rows(tmp_path / "out" / "failed" / "dedup_exact")
     assert sorted(f["source"] for f in failed) == sorted(paths[1:])
     assert all(f["error"].startswith(f"{f['source']}: unreadable input: ") for f in failed)

@@ -14,7 +14,7 @@ reasons and details), but no ``Doc`` is built and no document row is shuffled:
    batches → kept rows and rejected rows (with reason and detail) as Arrow tables.
 
 The outputs are ``StageOutputs`` whose kept and rejected elements are ``pa.Table``s in
-``DOC_SCHEMA`` / ``REJECTED_SCHEMA`` (``pipelines.outputs.WriteStageTables`` writes them);
+``DOC_SCHEMA`` / ``REJECTED_SCHEMA`` (``pipelines.outputs.WriteStageOutputs(..., tables=True)`` writes them);
 failed elements are ``Failure`` records. Counters: ``records_in`` per readable row (and 1
 per unreadable file), ``records_out`` and ``rejected_<reason>`` as rows are written.
 """
