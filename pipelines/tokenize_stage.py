@@ -332,7 +332,7 @@ class TokenizeDriver:
             "repeat_docs": self.upsampling["repeat_docs"], "repeat_tokens": self.upsampling["repeat_tokens"],
             "upsampling": self.upsampling,
             "shards": [{k: r[k] for k in ("name", "num_docs", "num_tokens", "num_bytes", "sha256",
-                                          "documents", "documents_sha256", "repeat_docs", "repeat_tokens")}
+                                          "xxh3_128", "documents", "documents_sha256", "repeat_docs", "repeat_tokens")}
                        | {"tier": self.tier} for r in records],
             "tokenize_counters": dict(sorted(totals.items())),
             "lineage": {"config_hash": self.config_hash, "input_stage": self.upstream_stage,

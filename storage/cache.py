@@ -4,8 +4,9 @@ Shards of a local dataset version are read in place; remote ones (s3://, https:/
 are downloaded into the hot directory (``storage.hotdir``: shared by every process of the
 machine under one byte budget, LRU, shards in use pinned, atomic rename). Every shard is
 checked against its ``index.json`` entry once per process before its tokens are served
-(``storage.verify``: size, every header field, the sha256 of payload and document index,
-token ids below the vocabulary, the dtype), local or downloaded, and again when the file
+(``storage.verify``: size, every header field, a checksum of payload and document index
+(the index's xxh3_128 by default, ``checksum="sha256"`` for the cryptographic one), token
+ids below the vocabulary, the dtype), local or downloaded, and again when the file
 under that name changes: its inode, size, mtime or ctime (``_stamp``; docs/SHARD_FORMAT.md
 says what this does and does not detect). Any damage is a ``ShardError`` naming the shard. Downloads retry
 with exponential backoff and jitter (a missing file is not retried). Tokens are served as
@@ -32,7 +33,7 @@ import numpy as np
 from storage.hotdir import CacheFullError, HotDir
 from storage.index import IndexFileError, check_shard_name, validate_index, vocab_size_of
 from storage.shards import HEADER_SIZE, ShardError, ShardHeader
-from storage.verify import check_document_index, check_header, verify_shard
+from storage.verify import CHECKSUMS, check_document_index, check_header, verify_shard
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -77,12 +78,18 @@ def _stamp(path: str) -> tuple[int, int, int, int]:
 class ShardCache:
     hot_dir: str = field(default_factory=lambda: os.path.join(tempfile.gettempdir(), "tokenfactory-hot"))
     budget_bytes: int = 0  # 0: no limit
-    verify: bool = True  # False: header, size and document index only, no sha256 or vocabulary pass
+    verify: bool = True  # False: header, size and document index only, no checksum or vocabulary pass
+    # "fast": the index's xxh3_128 where it records one (~8x cheaper; catches damage and a
+    # wrong file), else its sha256; "sha256": always the sha256 (also against a forger who
+    # can rewrite shards but not index.json)
+    checksum: str = "fast"
     retries: int = 4
     backoff_s: float = 0.2
     full_wait_s: float = 120.0  # how long to wait for other processes to free the budget
 
     def __post_init__(self) -> None:
+        if self.checksum not in CHECKSUMS:
+            raise ValueError(f"ShardCache checksum must be one of {CHECKSUMS}, got {self.checksum!r}")
         self.stats = CacheStats()
         self._maps: dict[str, np.ndarray] = {}  # pinned shards only
         self._indexes: dict[str, dict[str, Any]] = {}
@@ -98,6 +105,10 @@ class ShardCache:
             _LOGGER.info("removed %d stale partial downloads from %s", removed, self.hot.root)
 
     @property
+    def _checksum(self) -> str | bool:
+        return self.checksum if self.verify else False
+
+    @property
     def _pins(self) -> dict[str, int]:
         """Pin counts of this process (local and hot shards)."""
         pins = {p: n for p, n in self._local_pins.items() if n}
@@ -111,7 +122,8 @@ class ShardCache:
         """Picklable for spawned DataLoader workers: settings and indexes travel; locks,
         memory maps, pins and checks are per process and rebuilt in the worker."""
         return {"hot_dir": self.hot_dir, "budget_bytes": self.budget_bytes, "verify": self.verify,
-                "retries": self.retries, "backoff_s": self.backoff_s, "full_wait_s": self.full_wait_s,
+                "checksum": self.checksum, "retries": self.retries, "backoff_s": self.backoff_s,
+                "full_wait_s": self.full_wait_s,
                 "indexes": self._indexes}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -224,7 +236,7 @@ class ShardCache:
         try:
             with open(path, "rb") as fh:
                 header = verify_shard(fh, entry, f"{name} ({path})", index.get("dtype"),
-                                      vocab_size_of(index) if self.verify else None, checksum=self.verify)
+                                      vocab_size_of(index) if self.verify else None, self._checksum)
         except FileNotFoundError:
             raise ShardError(f"{name}: missing ({path}, listed in {index_url})") from None
         self.stats.verified += 1
@@ -294,7 +306,7 @@ class ShardCache:
                     data = fin.read()
                 t0 = time.perf_counter()
                 header = verify_shard(io.BytesIO(data), entry, source, index.get("dtype"),
-                                      vocab_size_of(index) if self.verify else None, checksum=self.verify)
+                                      vocab_size_of(index) if self.verify else None, self._checksum)
                 self.stats.verified += 1
                 self.stats.verify_s += time.perf_counter() - t0
                 with open(partial, "r+b") as fout:

@@ -44,6 +44,7 @@ SHARD_PATTERN = re.compile(_STEM + r"\.tfs")
 DOCUMENTS_PATTERN = re.compile(r"documents/" + _STEM + r"\.parquet")
 TOKENIZER_PATTERN = re.compile(_STEM + r"\.model")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+_XXH3_128 = re.compile(r"[0-9a-f]{32}")
 DTYPES = {"uint16": 2, "uint32": 4}
 MAX_TOKEN_ID = (1 << 32) - 1  # uint32 ids
 
@@ -108,6 +109,12 @@ def _sha(value: Any, key: str, where: str) -> str:
     return value
 
 
+def _xxh3(value: Any, where: str) -> str:
+    if not isinstance(value, str) or not _XXH3_128.fullmatch(value):
+        raise IndexFileError(f"{where}: xxh3_128 must be 32 lowercase hex digits, got {_shown(value)}")
+    return value
+
+
 def index_version(index: dict[str, Any], where: str = "index.json") -> int:
     """The index's format version (1 when absent: version 1 wrote none); anything but one
     of ``READABLE_INDEX_VERSIONS`` as a JSON integer is an ``IndexFileError``."""
@@ -144,6 +151,8 @@ def validate_index(index: Any, where: str = "index.json") -> dict[str, Any]:
         for key in ("num_docs", "num_tokens", "num_bytes"):
             _count(entry, key, f"{at} ({name})")
         _sha(entry.get("sha256"), "sha256", f"{at} ({name})")
+        if entry.get("xxh3_128") is not None:
+            _xxh3(entry["xxh3_128"], f"{at} ({name})")
         if "documents" in entry:
             check_documents_name(entry["documents"], at)
         if entry.get("documents_sha256") is not None:

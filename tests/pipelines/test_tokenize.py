@@ -5,15 +5,17 @@ from __future__ import annotations
 import glob
 import io
 import json
+import hashlib
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 import sentencepiece as spm
+import xxhash
 
 from pipelines.config import ConfigError, load_config
 from pipelines.run import main
-from storage.shards import ShardError, decode_shard
+from storage.shards import HEADER_SIZE, ShardError, decode_shard
 from tests.conftest import shared
 from transforms.extract.html import normalize_text
 
@@ -268,7 +270,10 @@ def test_a_version_is_self_contained_and_changes_only_when_its_tokens_change(tmp
     assert index["version"].endswith("-" + index["content_key"][:12])
     for entry in index["shards"]:
         assert sha(directory / entry["documents"]) == entry["documents_sha256"]
-        shard = decode_shard((directory / entry["name"]).read_bytes(), entry["name"])
+        raw = (directory / entry["name"]).read_bytes()
+        assert entry["sha256"] == hashlib.sha256(raw[HEADER_SIZE:]).hexdigest()  # both of every byte after the header
+        assert entry["xxh3_128"] == xxhash.xxh3_128(raw[HEADER_SIZE:]).hexdigest()
+        shard = decode_shard(raw, entry["name"])
         assert all(shard.doc(i)[-1] == index["tokenizer"]["eos_id"] for i in range(shard.num_docs))
     first_manifest = json.loads((out / "manifests" / "tokenize.json").read_text())
     index_bytes = (directory / "index.json").read_bytes()

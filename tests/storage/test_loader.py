@@ -615,3 +615,60 @@ def test_entering_a_group_unpins_only_its_own_streams_previous_group(tmp_path):
     assert {s for s, _ in nonempty} == {0, 1}  # both streams moved on to later groups
     assert all(r == {s} for s, r in nonempty), nonempty
     assert not any(cache._pins.values())  # the epoch's end released the rest
+
+
+def _with_xxh3(index: str, wrong: str | None = None) -> None:
+    """Adds every shard's xxh3_128 to ``index`` (the shard named ``wrong`` gets a wrong one)."""
+    import xxhash
+
+    from storage.shards import HEADER_SIZE
+
+    path = Path(index)
+    data = json.loads(path.read_text())
+    for entry in data["shards"]:
+        body = (path.parent / entry["name"]).read_bytes()[HEADER_SIZE:]
+        entry["xxh3_128"] = "0" * 32 if entry["name"] == wrong else xxhash.xxh3_128(body).hexdigest()
+    path.write_text(json.dumps(data))
+
+
+def test_the_loader_checks_the_fast_checksum_by_default_and_sha256_when_asked(tmp_path):
+    """The default check compares a shard's xxh3_128 where index.json records one (a wrong
+    one fails the shard although its sha256 is right); ``checksum="sha256"`` compares the
+    sha256 only; the setting travels to spawned workers; anything else is refused."""
+    import pickle
+
+    from storage.shards import ShardError
+
+    index = make_dataset(tmp_path / "d")
+    expected = windows(TokenDataset([Source(index)], seq_len=16, batch_size=2, seed=3))
+    _with_xxh3(index)
+    assert windows(TokenDataset([Source(index)], seq_len=16, batch_size=2, seed=3)) == expected
+    _with_xxh3(index, wrong="shard-00002.tfs")
+    with pytest.raises(ShardError, match=r"shard-00002.tfs.*checksum mismatch \(xxh3_128;"):
+        windows(TokenDataset([Source(index)], seq_len=16, batch_size=2, seed=3))
+    strong = ShardCache(hot_dir=str(tmp_path / "hot"), checksum="sha256")
+    assert windows(TokenDataset([Source(index)], seq_len=16, batch_size=2, seed=3, cache=strong)) == expected
+    assert strong.stats.verified == 6
+    assert pickle.loads(pickle.dumps(strong)).checksum == "sha256"
+    with pytest.raises(ValueError, match="checksum must be one of"):
+        ShardCache(hot_dir=str(tmp_path / "hot"), checksum="crc32")
+
+
+def test_one_process_loader_skips_dataloaders_iterator_only_when_that_changes_nothing(tmp_path, monkeypatch):
+    """With 0 workers, no pinning and the default conversion, TokenLoader iterates the
+    dataset itself (same batches, same stats); a collate_fn of the user's, or workers,
+    go through DataLoader's iterator as before."""
+    from torch.utils.data import DataLoader
+
+    index = make_dataset(tmp_path / "d")
+    ds = TokenDataset([Source(index)], seq_len=16, batch_size=2, seed=4)
+    through: list[int] = []
+    original = DataLoader.__iter__
+    monkeypatch.setattr(DataLoader, "__iter__", lambda self: through.append(1) or original(self))
+    direct = TokenLoader(ds)
+    batches = [b["tokens"].tolist() for b in direct]
+    assert not through and direct.stats.batches == len(batches) == len(ds) and direct.batches == len(ds)
+    assert batches == [b["tokens"].tolist() for b in ds]
+    marked = TokenLoader(ds, collate_fn=lambda b: {**b, "seen": True})
+    assert [b["tokens"].tolist() for b in marked if b["seen"]] == batches and through == [1]
+    assert [b["tokens"].tolist() for b in TokenLoader(ds, num_workers=1)] == batches and through == [1, 1]

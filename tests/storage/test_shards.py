@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import struct
 
 import numpy as np
@@ -186,11 +187,42 @@ def test_verify_reads_file_objects_without_readinto_and_with_short_reads(monkeyp
         assert (header.num_docs, header.num_tokens) == (d, t)
         bad = bytearray(data)
         bad[-20] ^= 1
-        with pytest.raises(ShardError, match=r"^s: checksum mismatch \(corrupt shard: its bytes are not the ones "
-                                             r"index.json lists\)"):
+        with pytest.raises(ShardError, match=r"^s: checksum mismatch \(sha256; corrupt shard: its bytes are not "
+                                             r"the ones index.json lists\)"):
             verify.verify_shard(_ReadOnly(bytes(bad), step), entry, "s", "uint16", 32000)
         with pytest.raises(ShardError, match="truncated or overlong"):
             verify.verify_shard(_ReadOnly(data[:-8], step), entry, "s", "uint16", 32000)
+
+
+def test_fast_checksum_is_the_entrys_xxh3_128_where_it_records_one():
+    """``checksum="fast"`` checks the entry's xxh3_128 (and then not the sha256), falls back
+    to the sha256 for an entry without one; ``"sha256"``/``True`` check only the sha256."""
+    import xxhash
+
+    import storage.verify as verify
+
+    data, d, t, sha = encode_shard(docs(6, seed=5), np.dtype(np.uint16))
+    fast = xxhash.xxh3_128(data[HEADER_SIZE:]).hexdigest()
+    entry = {"num_docs": d, "num_tokens": t, "num_bytes": len(data), "sha256": sha, "xxh3_128": fast}
+    for checksum in ("fast", "sha256", True, False):
+        verify.verify_shard(io.BytesIO(data), entry, "s", "uint16", 32000, checksum)
+    bad = bytearray(data)
+    bad[HEADER_SIZE + 2] ^= 4  # one bit of a token (its id stays below the vocabulary)
+    for checksum, key in (("fast", "xxh3_128"), ("sha256", "sha256"), (True, "sha256")):
+        with pytest.raises(ShardError, match=rf"^s: checksum mismatch \({key};"):
+            verify.verify_shard(io.BytesIO(bytes(bad)), entry, "s", "uint16", 32000, checksum)
+    verify.verify_shard(io.BytesIO(bytes(bad)), entry, "s", "uint16", 32000, False)  # no checksum asked for
+    # which digest each mode compares: a wrong xxh3_128 fails only "fast", a wrong sha256 only
+    # the sha256 (the header's copy of it stays right: it is checked apart)
+    wrong_fast = {**entry, "xxh3_128": "0" * 32}
+    with pytest.raises(ShardError, match=r"checksum mismatch \(xxh3_128;"):
+        verify.verify_shard(io.BytesIO(data), wrong_fast, "s", "uint16", 32000, "fast")
+    verify.verify_shard(io.BytesIO(data), wrong_fast, "s", "uint16", 32000, "sha256")
+    older = {k: v for k, v in entry.items() if k != "xxh3_128"}  # written before the field
+    with pytest.raises(ShardError, match=r"checksum mismatch \(sha256;"):
+        verify.verify_shard(io.BytesIO(bytes(bad)), older, "s", "uint16", 32000, "fast")
+    with pytest.raises(ValueError, match="checksum must be one of"):
+        verify.verify_shard(io.BytesIO(data), entry, "s", "uint16", 32000, "md5")
 
 
 def _entry(data: bytes, **fields) -> dict:
