@@ -451,13 +451,28 @@ def ours_end_to_end(input_dir: Path, work: Path, steps: Steps, variant: Variant)
     return {**times, "stages": stages, "config": str(config)}
 
 
-def ours_stage_cpu(config: Path) -> dict[str, float]:
+def ours_stage_cpu(config: Path) -> dict[str, Any]:
     """CPU seconds of ours' process tree per stage, each stage rerun alone over the outputs
     of the run that wrote ``config`` (``--no-report``), and of a process that imports
-    ``pipelines.run`` and parses its arguments only (``start-up``)."""
-    out = {"start-up": run_tree([sys.executable, "-m", "pipelines.run", "--help"])["cpu"]}
-    for stage in OURS_STAGES:
-        out[stage] = run_tree(_ours_command(config, "--stages", stage, "--no-report"))["cpu"]
+    ``pipelines.run`` and parses its arguments only (``start-up``). Each stage's manifest
+    gives what building its pipelines cost (``graph``: pipelines, transforms, build CPU);
+    the reruns also time one translation of each pipeline to its runner-API proto
+    (``TOKENFACTORY_MEASURE_TRANSLATION``), an extra call taken back out of the stage's CPU."""
+    import yaml
+
+    from pipelines.beam_runs import MEASURE_TRANSLATION
+
+    output = Path(yaml.safe_load(config.read_text())["output"])
+    out: dict[str, Any] = {"start-up": run_tree([sys.executable, "-m", "pipelines.run", "--help"])["cpu"]}
+    os.environ[MEASURE_TRANSLATION] = "1"
+    try:
+        for stage in OURS_STAGES:
+            cpu = run_tree(_ours_command(config, "--stages", stage, "--no-report"))["cpu"]
+            graph = json.loads((output / "manifests" / f"{stage}.json").read_text())["extra"].get("graph", {})
+            out[stage] = cpu - graph.get("translate_cpu_s", 0.0)
+            out[f"graph {stage}"] = graph
+    finally:
+        del os.environ[MEASURE_TRANSLATION]
     out["whole run, --no-report"] = run_tree(_ours_command(config, "--no-report"))["cpu"]
     return out
 
@@ -651,12 +666,16 @@ def report_stage_cpu(corpus: str, variant: Variant, ours: dict[str, Any], cpu: d
     lines = [f"\n[{corpus}] (c) where ours' CPU goes, variant {variant.name!r}: each stage rerun alone in its "
              f"own process over the same inputs (CPU of its process tree; one run each); a process that only "
              f"imports pipelines.run and parses its arguments: {start:.1f} s",
-             "| stage | docs in | CPU s | CPU s minus the import-only process | share of the sum |",
-             "|---|---|---|---|---|"]
+             "| stage | docs in | CPU s | CPU s minus the import-only process | share of the sum | pipelines "
+             "(transforms) | graph build CPU s | one translation CPU s | graph share of the stage |",
+             "|---|---|---|---|---|---|---|---|---|"]
     total = sum(cpu[st] - start for st in OURS_STAGES)
     for st in OURS_STAGES:
+        g = cpu.get(f"graph {st}", {})
+        build, translate = g.get("build_cpu_s", 0.0), g.get("translate_cpu_s", 0.0)
         lines.append(f"| {st} | {ours['stages'][st]['in']} | {cpu[st]:.1f} | {cpu[st] - start:.1f} | "
-                     f"{(cpu[st] - start) / total:.0%} |")
+                     f"{(cpu[st] - start) / total:.0%} | {g.get('pipelines', 0)} ({g.get('transforms', 0)}) | "
+                     f"{build:.2f} | {translate:.2f} | {(build + translate) / cpu[st]:.0%} |")
     whole = cpu["whole run, --no-report"]
     lines.append(f"whole run in one process: {ours['cpu']:.1f} s (best end-to-end, with the report), "
                  f"{whole:.1f} s with --no-report; {docs_in / whole:.1f} docs/s per core without the report")

@@ -18,7 +18,7 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 from apache_beam.runners.runner import PipelineResult
 
 from pipelines import interrupts
-from pipelines.beam_runs import counter_totals, run_pipeline
+from pipelines.beam_runs import counter_totals, graph_cost, run_pipeline
 from pipelines.config import JobConfig, configure_filesystems
 from pipelines.job_servers import shared_job_server
 from pipelines.lease import OutputLease, store_for
@@ -135,6 +135,7 @@ def run_stage(config: JobConfig, plan: StagePlan, options: PipelineOptions, forc
     _LOGGER.info("stage %s: running on %d inputs", plan.name, len(plan.inputs))
     line = (ProgressLine(plan.name, plan.input_bytes) if show_progress and spec.runs_beam
             else contextlib.nullcontext())
+    graph_cost(reset=True)
     with line:
         if plan.runner is not None:
             totals: Optional[dict[str, int]] = plan.runner(options)
@@ -154,7 +155,8 @@ def run_stage(config: JobConfig, plan: StagePlan, options: PipelineOptions, forc
         code_version=version, counts=counts, inputs=list(plan.inputs), outputs=outputs,
         started_at=started, finished_at=now_iso(),
         runner=str(options.view_as(StandardOptions).runner),
-        extra={"seconds": round(seconds, 3), "counters": other, **(plan.info() if plan.info else {})},
+        extra={"seconds": round(seconds, 3), "counters": other, "graph": graph_cost().as_dict(),
+               **(plan.info() if plan.info else {})},
     ))
     _LOGGER.info("stage %s: done in %.1fs (in=%d out=%d rejected=%d failed=%d)", plan.name, seconds,
                  counts.records_in, counts.out, counts.rejected, counts.failed)
