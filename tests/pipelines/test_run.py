@@ -81,9 +81,19 @@ def test_warc_job_end_to_end_and_resume(tmp_path):
     code, table = run(["--config", warc_config(tmp_path, "extract:\n  min_chars: 500\n")])
     assert code == 0 and "ran in" in table and "too_short" in table
 
-    code, table = run(["--config", config, "--force"])
+    graph = json.loads((out / "manifests" / "extract.json").read_text())["extra"]["graph"]
+    assert graph["pipelines"] == 1 and graph["transforms"] > 20 and graph["build_cpu_s"] > 0
+    assert "translate_cpu_s" not in graph  # measured only when asked (benchmarks.bench_pipeline --stage-cpu)
+
+    os.environ["TOKENFACTORY_MEASURE_TRANSLATION"] = "1"
+    try:
+        code, table = run(["--config", config, "--force"])
+    finally:
+        del os.environ["TOKENFACTORY_MEASURE_TRANSLATION"]
     assert code == 0 and "ran in" in table
     assert len(glob.glob(f"{out}/docs/extract/*.parquet")) == 1  # old shards were cleared
+    again = json.loads((out / "manifests" / "extract.json").read_text())["extra"]["graph"]
+    assert (again["pipelines"], again["transforms"]) == (1, graph["transforms"]) and again["translate_cpu_s"] > 0
 
 
 def test_crawl_then_extract_end_to_end(tmp_path):
