@@ -1,7 +1,7 @@
 """Past one machine's memory: the same job on every engine, 1M then 3M documents.
 
     .venv/bin/python -m benchmarks.bench_scale [--sizes 1000000 3000000]
-        [--engines direct-mp flink spark prism] [--work DIR] [--timeout-h 4]
+        [--engines direct-mp flink spark prism direct] [--work DIR] [--timeout-h 4] [--work-cpu]
 
 The corpus (JSONL, ~1 KB a document, ~1 GB per million) is made from real text:
 documents of 6 to 14 sentences drawn (seeded) from the sentence pool of
@@ -27,6 +27,13 @@ so far, per stage and process), so a run stopped midway (a timeout, the memory l
 Ctrl-C, a killed benchmark) still leaves where its memory went; an interrupted run is
 stopped, written to ``results.jsonl`` with ``"exit": "interrupted"``, and the benchmark
 ends there (exit 130). ``kill`` (TERM) to the benchmark does the same.
+
+Per stage: the CPU the tree gained while the stage ran (``cpu_by_stage_s``, from the
+per-second samples: a process that starts and ends between two samples is missed, so the
+sum can fall short of ``cpu_s``), what building its pipelines cost (``graph``, from its
+manifest) and, with ``--work-cpu``, the pure work of the stage on the same documents in
+this process (``benchmarks.scale_work``) and the share of the stage's CPU that is not that
+work (``framework_share``).
 """
 
 from __future__ import annotations
@@ -50,7 +57,7 @@ from pipelines.engines import child_pids
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data"
-ENGINES = ("direct-mp", "flink", "spark", "prism")
+ENGINES = ("direct-mp", "flink", "spark", "prism", "direct")
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
 
@@ -181,6 +188,7 @@ class TreeSampler(threading.Thread):
                  progress: Optional[Path] = None, interval_s: float = 1.0, snapshot_every: int = 10) -> None:
         super().__init__(daemon=True)
         self.pid, self.peak_kb, self.cpu, self.limit_kb, self.over = pid, 0, {}, limit_kb, False
+        self.cpu_by_stage: dict[str, float] = {}  # CPU seconds the tree gained while each stage ran
         self.at_peak: dict[str, int] = {}  # process name → PSS MB at the peak
         self.output, self.progress = output, progress
         self.by_stage: dict[str, dict[str, int]] = {}  # stage → process name → its peak PSS MB
@@ -245,8 +253,12 @@ class TreeSampler(threading.Thread):
             for p, kb in sizes.items():
                 name = _name(p)
                 self.at_peak[name] = self.at_peak.get(name, 0) + kb // 1024
+        gained = 0.0
         for p in pids:
-            self.cpu[p] = max(self.cpu.get(p, 0.0), _cpu_s(p))
+            now = _cpu_s(p)
+            gained += max(0.0, now - self.cpu.get(p, 0.0))
+            self.cpu[p] = max(self.cpu.get(p, 0.0), now)
+        self.cpu_by_stage[running] = self.cpu_by_stage.get(running, 0.0) + gained
         if sum(sizes.values()) > self.limit_kb and not self.over:
             self.over = True  # stop before the machine's OOM killer picks a victim
             try:
@@ -290,7 +302,8 @@ def run_engine(engine: str, config: Path, log: Path, timeout_s: float,
             "cpu_s_wait4": round(tree_cpu, 1), "cpu_s_sampled": round(sum(sampler.cpu.values()), 1),
             "peak_pss_mb": round(sampler.peak_kb / 1024), "peak_by_process_mb": sampler.at_peak,
             "peak_by_stage_mb": sampler.by_stage, "largest_by_stage_mb": sampler.largest_by_stage,
-            "most_by_stage": sampler.most_by_stage}
+            "most_by_stage": sampler.most_by_stage,
+            "cpu_by_stage_s": {k: round(v, 1) for k, v in sampler.cpu_by_stage.items()}}
 
 
 def _interrupt(signum: int, frame: Any) -> None:
@@ -315,6 +328,7 @@ def output_summary(output: Path) -> dict[str, Any]:
         if path.exists():
             manifest = json.loads(path.read_text())
             stages[stage] = {"counts": manifest["counts"], "seconds": manifest["extra"].get("seconds"),
+                             "graph": manifest["extra"].get("graph"),
                              "counters": {k: v for k, v in manifest["extra"].get("counters", {}).items()
                                           if k in ("cc_rounds", "edges", "largest_star_group")}}
     index = sorted(output.glob("tokens/*/index.json"))
@@ -324,6 +338,12 @@ def output_summary(output: Path) -> dict[str, Any]:
         tokens = {"num_tokens": data["num_tokens"], "num_docs": data["num_docs"],
                   "shards": [s["sha256"] for s in data["shards"]]}
     return {"stages": stages, "tokens": tokens}
+
+
+def framework_share(work: dict[str, dict[str, float]], stage_cpu: dict[str, float]) -> dict[str, float]:
+    """Per stage, the share of its CPU in the engine run (the tree's, sampled while it ran)
+    that is not the pure work of ``scale_work`` on the same documents."""
+    return {s: round(1 - work[s]["cpu_s"] / stage_cpu[s], 3) for s in work if stage_cpu.get(s)}
 
 
 def same_output(a: dict[str, Any], b: dict[str, Any]) -> bool:
@@ -340,6 +360,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep each run's output")
     parser.add_argument("--max-memory-gb", type=float, default=20.0,
                         help="a run whose process tree passes this is stopped (default 20 of 24 GB)")
+    parser.add_argument("--work-cpu", action="store_true",
+                        help="also the stages' pure work on the same documents in this process "
+                             "(benchmarks.scale_work) and each stage's framework share")
     parser.add_argument("--beam-arg", action="append", default=[], dest="beam_args",
                         help="a Beam option for every run, e.g. --beam-arg=--job_server_jvm_properties=-Xmx2g")
     args = parser.parse_args(argv)
@@ -352,6 +375,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     cores = os.cpu_count() or 1
     for n in args.sizes:
         data = corpus(args.work, n)
+        work = None
+        if args.work_cpu:
+            from benchmarks.scale_work import work_cpu
+
+            work = work_cpu(data)
+            print(json.dumps({"docs": n, "work_cpu_s": work}), flush=True)
         first: Optional[dict[str, Any]] = None
         finished = []
         for engine in engines:
@@ -365,6 +394,10 @@ def main(argv: Optional[list[str]] = None) -> int:
             if result["exit"] == 0:
                 summary = output_summary(output)
                 result["stages"] = {k: v["seconds"] for k, v in summary["stages"].items()}
+                result["graph"] = {k: v["graph"] for k, v in summary["stages"].items()}
+                if work is not None:
+                    result["work_cpu_s"] = {k: v["cpu_s"] for k, v in work.items()}
+                    result["framework_share"] = framework_share(work, result["cpu_by_stage_s"])
                 result["dedup"] = summary["stages"].get("dedup_minhash", {}).get("counters")
                 result["docs_per_cpu_s"] = round(n / result["cpu_s"], 1)
                 result["docs_per_s_per_core_wall"] = round(n / result["wall_s"] / cores, 1)

@@ -296,3 +296,31 @@ def test_no_page_is_much_worse_than_trafilatura_with_the_cascade(scrapinghub_pag
     assert pages["worst_gap"] <= 0.2, pages
     assert pages["share_worse"] <= 11 / 90 + 1e-9, pages
     assert pages["median_f1"] >= 0.977, pages
+
+
+def test_normalize_text_equals_its_reference_with_the_fast_path():
+    """The pre-check only skips work: on texts with and without every character the first
+    step changes (each control, Unicode space and invisible mark, alone and mixed), the
+    result is the reference's (the steps run unconditionally)."""
+    import random
+
+    from transforms.extract import html
+
+    def reference(text: str) -> str:
+        text = html._CONTROL.sub("", text).translate(html._NORMALIZE)
+        text = text.encode("utf-8", "replace").decode("utf-8")
+        lines = [line.strip().strip(html._JOINERS).strip() for line in text.splitlines()]
+        return html._BLANK_LINES.sub("\n\n", "\n".join(lines)).strip()
+
+    changed = [chr(c) for c in html._NORMALIZE] + [chr(c) for c in range(0x20) if c not in (9, 10, 13)] + ["\x7f"]
+    for ch in changed:  # each one alone inside ordinary text is seen by the pre-check
+        assert html._NEEDS_NORMALIZING.search(f"ab{ch}cd"), hex(ord(ch))
+        assert html.normalize_text(f"ab{ch}cd") == reference(f"ab{ch}cd")
+    kept = ["\u200c", "\u200d", "\ud800", "\u2028", "\x85", "\t", "\r", "é", "中", "\U0001f600"]
+    assert not any(html._NEEDS_NORMALIZING.search(ch) for ch in kept + list("ab .\n"))
+    rng = random.Random(7)
+    pool = changed + kept + ["\n", "\r\n", " "]
+    for _ in range(5000):
+        text = "".join(rng.choice(pool) if rng.random() < 0.2 else rng.choice("ab cd\n.")
+                       for _ in range(rng.randint(0, 60)))
+        assert html.normalize_text(text) == reference(text), repr(text)
