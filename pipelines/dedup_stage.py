@@ -1,6 +1,7 @@
 """The near-duplicate stage driver: several Beam pipelines, one stage.
 
-1. ``edges-000``: band keys of the documents (and of earlier runs' index) → bucket edges;
+1. ``edges-000``: band values of the documents (and of earlier runs' index), a chunk per
+   bundle and group (``transforms.dedup.band_chunks``) → bucket edges;
 2. the connected components: up to ``minhash.driver_max_edges`` edges in this driver
    (union-find over ``edges-000``, written as ``edges-001``: each node's edge to its
    component's root, what the rounds converge to), else large-star / small-star rounds,
@@ -29,13 +30,22 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from pipelines.beam_runs import counter_totals, largest_value, run_pipeline
 from pipelines.outputs import WriteParquet, WriteStageOutputs
 from transforms.dedup.components import StarRound, components_union_find, edge_checksum
-from transforms.dedup.dedup import BandKeys, BucketEdges, DedupConfig, assign_component
+from transforms.dedup.band_chunks import BandChunks, ChunkEdges, key_chunk, parts_for
+from transforms.dedup.dedup import BandKeys, DedupConfig, assign_component
 from transforms.routing import REJECTED, CountFn, StageOutputs
 
 _LOGGER = logging.getLogger(__name__)
 
 EDGE_SCHEMA = pa.schema([("a", pa.string()), ("b", pa.string())])
 INDEX_SCHEMA = pa.schema([("node", pa.string()), ("band_key", pa.binary())])
+
+
+def _total_bytes(patterns: list[str]) -> int:
+    """The bytes of the files ``patterns`` match (0 where they cannot be listed)."""
+    try:
+        return sum(m.size_in_bytes for r in FileSystems.match(patterns) for m in r.metadata_list)
+    except Exception:  # noqa: BLE001 - only sizes the groups; the read reports a real problem
+        return 0
 
 
 def _edge_row(edge: tuple[str, str]) -> dict[str, str]:
@@ -62,6 +72,10 @@ def earlier_run_key(item: tuple[str, dict[str, Any]]) -> tuple[bytes, str]:
     part = path.replace("\\", "/").rsplit("/", 2)[-2]
     head, doc_id = row["node"][1:].split("|", 1)
     return row["band_key"], f"0{head}|{part}:{doc_id}"
+
+
+def _earlier_run_chunk(item: tuple[str, dict[str, Any]], rows: int, parts: int) -> Any:
+    return key_chunk(*earlier_run_key(item), rows, parts)
 
 
 def read_edge_files(paths: list[str]) -> Iterator[tuple[str, str]]:
@@ -126,19 +140,23 @@ class NearDedupDriver:
                       if own is None or own not in m.path.replace("\\", "/"))
 
     def _build_edges(self, pipeline: beam.Pipeline) -> None:
-        config = self.config
+        config, minhash = self.config, self.config.minhash
+        bands, rows = minhash.layout()
+        parts = parts_for(_total_bytes(self.doc_files), minhash.salts)
         docs = pipeline | "ReadDocs" >> self.read_docs(self.doc_files)
-        keyed = (docs | "Nodes" >> beam.Map(lambda d: (config.node(d), d.text))
-                 | "Keys" >> BandKeys(config.minhash))
-        keyed | "WriteKeys" >> WriteParquet(FileSystems.join(self.work, "band_keys"), INDEX_SCHEMA,
-                                            lambda kv: {"node": kv[1], "band_key": kv[0]})
+        nodes = docs | "Nodes" >> beam.Map(lambda d: (config.node(d), d.text))
+        chunks = nodes | "Chunks" >> BandChunks(minhash.hasher(), bands, rows, parts, minhash.batch_size)
+        if config.index:  # the band keys, read back by _extend_index: a job without an index writes none
+            (nodes | "Keys" >> BandKeys(minhash)
+             | "WriteKeys" >> WriteParquet(FileSystems.join(self.work, "band_keys"), INDEX_SCHEMA,
+                                           lambda kv: {"node": kv[1], "band_key": kv[0]}))
         index_files = self.index_files()
         if index_files:
             old = (pipeline | "IndexFiles" >> beam.Create(index_files)
                    | "ReadIndex" >> beam.io.ReadAllFromParquet(with_filename=True)
-                   | "OldKeys" >> beam.Map(earlier_run_key))
-            keyed = (keyed, old) | "WithIndex" >> beam.Flatten()
-        (keyed | "Edges" >> BucketEdges(config.minhash.salts)
+                   | "OldKeys" >> beam.Map(_earlier_run_chunk, rows, parts))
+            chunks = (chunks, old) | "WithIndex" >> beam.Flatten()
+        (chunks | "Edges" >> ChunkEdges()
          | "Stats" >> beam.ParDo(_EdgeStatsFn("dedup_edges"))
          | "WriteEdges" >> WriteParquet(self._edges_dir(0), EDGE_SCHEMA, _edge_row))
 

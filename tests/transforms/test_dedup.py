@@ -413,6 +413,9 @@ def test_thousand_identical_and_short_documents(tmp_path):
     assert counts["records_in"] == 1002  # the empty text was rejected at extract
     assert counts["rejected_by_reason"] == {"near_duplicate": 1000}  # 999 + "short2"
     assert counts["out"] == 2
+    # without an index, the band keys are not written (only the index extension reads them)
+    work = tmp_path / "job" / "work" / "dedup_minhash"
+    assert not (work / "band_keys").exists() and not list(tmp_path.glob("job/**/band_keys"))
 
 
 def test_incremental_dedup_against_earlier_runs(tmp_path):
@@ -423,6 +426,7 @@ def test_incremental_dedup_against_earlier_runs(tmp_path):
     assert main(["--config", jsonl_job(tmp_path, first, extra, "run1"), "--log-level", "WARNING"],
                 out=io.StringIO()) == 0
     assert len(list(index.glob("run-*/*.parquet"))) == 1
+    assert list((tmp_path / "run1" / "work" / "dedup_minhash" / "band_keys").glob("*.parquet"))
     edited = texts[1].replace("whale", "WHALE", 2)
     second = [("b0", edited), ("b1", texts[4]), ("b2", texts[5])]
     run2 = jsonl_job(tmp_path, second, extra, "run2")
@@ -793,3 +797,81 @@ def test_one_star_round_in_beam_is_the_in_memory_round(beam_options, hot):
     sizes = result.metrics().query(MetricsFilter().with_namespace("dedup_edges").with_name("star_group_size"))
     largest = max(d.committed.max for d in sizes["distributions"])
     assert largest >= 29 if not hot else largest <= 12, largest
+
+
+def test_chunk_edges_link_each_run_of_equal_band_values_to_its_smallest_node():
+    from transforms.dedup.band_chunks import BandChunk, chunk_edges
+
+    v = lambda *rows: np.array(rows, dtype=np.uint32)  # noqa: E731
+    chunks = [BandChunk(v([5, 1], [7, 7], [5, 1]), ("1|c", "1|x", "1|b")),
+              BandChunk(v([5, 1], [5, 2], [7, 7]), ("1|a", "1|y", "1|w")),
+              BandChunk(v([5, 1], [9, 9]), ("1|c", "1|z"))]  # "1|c" twice in its run
+    edges = chunk_edges(chunks)
+    # runs: [5,1] = {c, b, a, c} -> a; [7,7] = {x, w} -> w; [5,2] and [9,9] alone
+    assert sorted(edges) == [("1|b", "1|a"), ("1|c", "1|a"), ("1|c", "1|a"), ("1|x", "1|w")]
+    assert chunk_edges([BandChunk(v([1, 2]), ("1|a",))]) == []
+    # the first value decides the order of runs, a later one splits them
+    assert chunk_edges([BandChunk(v([1, 2], [1, 3], [1, 2]), ("1|b", "1|a", "1|c"))]) == [("1|c", "1|b")]
+
+
+def test_cut_groups_every_band_by_its_first_value_and_drops_empty_signatures():
+    from transforms.dedup.band_chunks import cut, key_chunk
+
+    hasher = MinHashConfig().hasher()
+    texts = book_docs(5) + [""]
+    signatures = hasher.signatures(texts)
+    nodes = [f"1|d{i}" for i in range(len(texts))]
+    got = list(cut(signatures, nodes, 14, 8, parts=3))
+    assert {k[0] for k, _ in got} == set(range(14)) and all(0 <= k[1] < 3 for k, _ in got)
+    seen = set()
+    for (band, part), chunk in got:
+        assert "1|d5" not in chunk.nodes  # no shingles: nothing to compare
+        assert (chunk.values[:, 0] % 3 == part).all() and chunk.values.dtype == np.uint32
+        for node, values in zip(chunk.nodes, chunk.values):
+            d = int(node[3:])
+            assert (values == signatures[d, band * 8:(band + 1) * 8]).all()
+            seen.add((band, node))
+            # an earlier run's index row (band_keys' bytes) lands in the same group, same values
+            key = band_keys(signatures[d], 14, 8)[band]
+            (kb, kp), one = key_chunk(key, node, 8, 3)
+            assert (kb, kp) == (band, part) and (one.values == values).all() and one.nodes == (node,)
+    assert len(seen) == 14 * 5
+
+
+@pytest.mark.parametrize("flush_rows", [1 << 16, 50])
+def test_band_chunks_give_the_components_of_the_per_key_path(beam_options, monkeypatch, flush_rows):
+    """300 documents with near copies and one bucket shared by 120 pages: the chunked path
+    (with sends at the bundle's end only, and every 50 entries) and the per-key reference
+    (BandKeys + salted BucketEdges) give the same components."""
+    import transforms.dedup.band_chunks as band_chunks
+    from transforms.dedup.band_chunks import BandChunks, ChunkEdges
+    from transforms.dedup.dedup import BandKeys, BucketEdges
+
+    monkeypatch.setattr(band_chunks, "FLUSH_ROWS", flush_rows)
+    rng = random.Random(3)
+    base = book_docs(60)
+    texts = []
+    for i in range(300):
+        words = base[i % 60].split()
+        if i >= 60:  # an edited copy: a few words changed
+            for _ in range(rng.randint(0, 6)):
+                words[rng.randrange(len(words))] = rng.choice(["whale", "sea", "ship", "Ahab"])
+        texts.append(" ".join(words))
+    texts += ["the very same boilerplate footer text on every page of the site"] * 120
+    nodes = [(f"1|d{i:03d}", t) for i, t in enumerate(texts)]
+    config = MinHashConfig()
+    with TestPipeline(options=beam_options) as p:
+        docs = p | beam.Create(nodes)
+        chunked = (docs | "Chunks" >> BandChunks(config.hasher(), 14, 8, 4, config.batch_size)
+                   | "ChunkEdges" >> ChunkEdges())
+        per_key = docs | "Keys" >> BandKeys(config) | "KeyEdges" >> BucketEdges(salts=8)
+
+        def same_components(got: list) -> None:
+            chunked_edges = [e for tag, e in got if tag == "chunk"]
+            key_edges = [e for tag, e in got if tag == "key"]
+            assert len(chunked_edges) == len(set(chunked_edges)) > 100  # distinct
+            assert components_union_find(chunked_edges) == components_union_find(key_edges)
+
+        both = ((chunked | "TagC" >> beam.Map(lambda e: ("chunk", e)),
+                 per_key | "TagK" >> beam.Map(lambda e: ("key", e))) | beam.Flatten())
+        assert_that(both, same_components)

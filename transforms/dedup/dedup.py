@@ -5,12 +5,14 @@ one per group is kept (the first by the ranking rule), the others are rejected a
 ``duplicate_url`` / ``duplicate_text`` with the id they duplicate. A document without a
 URL is never a URL duplicate (its text may still be a duplicate).
 
-Near: signatures (``MinHasher``, batched) → one key per LSH band → buckets. A bucket is
-grouped under ``salts`` sub-keys first (each links its members to its smallest node),
-then the sub-bucket minima are linked under the bucket key, so a bucket shared by
-millions of boilerplate pages never lands on one worker. The edges go through the
-large-star / small-star rounds (``components.py``), run by the stage driver until a
-round changes nothing; the root of each component is the document to keep.
+Near: signatures (``MinHasher``, batched) → LSH bands → buckets. The stage sends a
+bundle's band values a chunk per group (``band_chunks.py``: no element per band key
+crosses the shuffle) and links each bucket's members to its smallest node. The per-key
+path here (``BandKeys`` → ``BucketEdges``: a bucket grouped under ``salts`` sub-keys
+first, then the sub-bucket minima under the bucket key) is the reference the chunked one
+is tested against (same components), and ``BandKeys`` writes the signature index. The
+edges go to the connected components (``components.py``: in the driver or large-star /
+small-star rounds); the root of each component is the document to keep.
 """
 
 from __future__ import annotations
