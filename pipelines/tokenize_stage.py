@@ -51,7 +51,7 @@ from pipelines.outputs import WriteParquet
 from storage.index import INDEX_VERSION, MAX_TOKEN_ID, check_version_name
 from storage.repeats import upsampling_summary
 from transforms.doc import REJECTED_SCHEMA, rejected_to_row
-from transforms.tokenize.tokenize import (FingerprintDocs, TokenizeConfig, TokenizeToShards, version_key,
+from transforms.tokenize.tokenize import (FingerprintFiles, TokenizeConfig, TokenizeToShards, version_key,
                                           write_atomic)
 
 _LOGGER = logging.getLogger(__name__)
@@ -220,8 +220,7 @@ class TokenizeDriver:
         out = FileSystems.join(self.work, "fingerprint")
 
         def build(pipeline: beam.Pipeline) -> None:
-            (pipeline | "ReadDocs" >> self.read_docs(self.files)
-             | "Fingerprint" >> FingerprintDocs(self.config.max_repeats)
+            (pipeline | "Fingerprint" >> FingerprintFiles(self.files, self.config.max_repeats)
              | "Write" >> beam.io.WriteToText(FileSystems.join(out, "part")))
 
         run_pipeline(options, build)

@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.util import assert_that, equal_to
 
 from storage.repeats import copy_buckets, min_copy_distance, upsampling_summary
 from storage.shards import decode_shard
@@ -188,3 +189,49 @@ def test_part_bits_cover_a_shard_with_parts_of_the_given_size():
     assert part_bits(100, 100) == part_bits(100, 1000) == 0  # one part
     assert part_bits(101, 100) == 1
     assert part_bits(1 << 40, 1) == MAX_PART_BITS
+
+
+def test_fingerprint_of_the_files_is_the_fingerprint_of_their_docs(tmp_path, beam_options):
+    """The Arrow-native per-file fingerprint gives FingerprintDocs' line: repeats inside and
+    outside max_repeats, rules, empty and missing text, a file written before the repeats
+    columns existed, no files at all."""
+    import json as _json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from transforms.doc import DOC_SCHEMA, doc_from_row, doc_to_row
+    from transforms.tokenize.tokenize import FingerprintDocs, FingerprintFiles
+
+    docs = [Doc(id=f"d{i}", url="", source="s", fetched_at="", text=("" if i % 7 == 0 else f"text number {i}"),
+                repeats=(i % 5) * 9 or 1,
+                repeat_rules=(("top", "code") if i % 3 == 0 else ())) for i in range(40)]
+    new = tmp_path / "new.parquet"
+    pq.write_table(pa.Table.from_pylist([doc_to_row(d) for d in docs[:30]], schema=DOC_SCHEMA), new)
+    old = tmp_path / "old.parquet"  # no repeats / repeat_rules columns, one row without text
+    pq.write_table(pa.table({"id": [d.id for d in docs[30:]], "text": [None] + [d.text for d in docs[31:]]}), old)
+    files = [str(new), str(old)]
+    rows = pq.read_table(new).to_pylist() + pq.read_table(old).to_pylist()
+    expected = by_docs_line(rows, 20)
+    assert _json.loads(expected[0])["documents"] == 40
+    with TestPipeline(options=beam_options) as p:
+        by_docs = (p | "Rows" >> beam.Create(rows) | beam.Map(doc_from_row) | FingerprintDocs(max_repeats=20))
+        by_files = p | "Files" >> FingerprintFiles(files, max_repeats=20)
+        none = p | "None" >> FingerprintFiles([], max_repeats=20)
+        assert_that(by_files, equal_to(expected), label="files")
+        assert_that(by_docs, equal_to(expected), label="docs")
+        assert_that(none, equal_to([_json.dumps({"documents": 0, "sum": f"{0:032x}"})]), label="none")
+
+
+def by_docs_line(rows: list, max_repeats: int) -> list:
+    """The line the stage records, computed here one document at a time."""
+    import json as _json
+
+    from transforms.doc import doc_from_row
+    from transforms.tokenize.tokenize import _HALF
+
+    low = high = 0
+    for row in rows:
+        lo, hi = fingerprint_of(doc_from_row(row), max_repeats)
+        low, high = (low + lo) & _HALF, (high + hi) & _HALF
+    return [_json.dumps({"documents": len(rows), "sum": f"{(high << 63) | low:032x}"})]

@@ -176,6 +176,61 @@ class FingerprintDocs(beam.PTransform):
                 | "Sum" >> beam.CombineGlobally(SumFingerprints()))
 
 
+_FINGERPRINT_COLUMNS = ("id", "text", "repeats", "repeat_rules")
+
+
+class _FileFingerprintFn(beam.DoFn):
+    """A Parquet file of ``Doc`` rows → (rows, fingerprint sum low, high): the columns
+    ``fingerprint_of`` reads, a batch at a time, without building a ``Doc``."""
+
+    def __init__(self, max_repeats: int) -> None:
+        self._max_repeats = max_repeats
+
+    def process(self, path: str) -> Iterator[tuple[int, int, int]]:
+        with FileSystems.open(path, mime_type="application/octet-stream",
+                              compression_type=CompressionTypes.UNCOMPRESSED) as fh:
+            parquet = pq.ParquetFile(fh)
+            present = set(parquet.schema_arrow.names)
+            columns = [c for c in _FINGERPRINT_COLUMNS if c in present]
+            count = low = high = 0
+            for batch in parquet.iter_batches(batch_size=8192, columns=columns):
+                n = batch.num_rows
+                values = {c: batch.column(c).to_pylist() for c in columns}
+                ids, texts = values["id"], values.get("text", [None] * n)
+                repeats, rules = values.get("repeats", [None] * n), values.get("repeat_rules", [None] * n)
+                for i in range(n):  # what fingerprint_of(doc_from_row(row)) gives, field by field
+                    times = 1 if repeats[i] is None else int(repeats[i])
+                    if check_repeats(times, self._max_repeats) is not None:
+                        times = 0
+                    lo, hi = doc_fingerprint(ids[i], texts[i] or "", times, tuple(rules[i] or ()))
+                    low, high = (low + lo) & _HALF, (high + hi) & _HALF
+                count += n
+        yield count, low, high
+
+
+class _SumPartials(SumFingerprints):
+    """``SumFingerprints`` over per-file partial sums (rows, low, high)."""
+
+    def add_input(self, acc: tuple[int, int, int], value: tuple[int, int, int]) -> tuple[int, int, int]:
+        return acc[0] + value[0], (acc[1] + value[1]) & _HALF, (acc[2] + value[2]) & _HALF
+
+
+class FingerprintFiles(beam.PTransform):
+    """Parquet files of ``Doc`` rows → ``FingerprintDocs``' one JSON line, the files read
+    Arrow-native (a file per element: no ``Doc`` and no element per document)."""
+
+    def __init__(self, files: Sequence[str], max_repeats: int = TokenizeConfig.max_repeats) -> None:
+        super().__init__()
+        self._files = list(files)
+        self._max_repeats = max_repeats
+
+    def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection[str]:
+        return (pbegin
+                | "Files" >> beam.Create(self._files)
+                | "PerFile" >> beam.ParDo(_FileFingerprintFn(self._max_repeats))
+                | "Sum" >> beam.CombineGlobally(_SumPartials()))
+
+
 def version_key(config: TokenizeConfig, tokenizer_sha256: str, docs: int, docs_sum: int,
                 index_version: int) -> str:
     """The sha256 of what decides a version's tokens and layout: the tokenizer, the
