@@ -55,20 +55,28 @@ def _timed(fn: Callable[[], Any]) -> tuple[float, Any]:
     return time.process_time() - t0, out
 
 
+BATCH = 10_000  # documents held at once where a step can stream (memory stays flat at 1M)
+
+
 def _write(table: pa.Table, path: Path) -> None:
     pq.write_table(table, path, compression="zstd")
 
 
 def extract(corpus: Path, out: Path, limit: int = 0) -> int:
-    config, fields, rows = ExtractConfig(min_chars=1), TextFields(), []
-    for n, record in enumerate(iter_jsonl(str(corpus), fields, "extract")):
-        if limit and n >= limit:
-            break
-        doc = extract_record(record, config)
-        if isinstance(doc, Doc):
-            rows.append(doc_to_row(doc))
-    _write(pa.Table.from_pylist(rows, schema=DOC_SCHEMA), out)
-    return len(rows)
+    config, fields, rows, written = ExtractConfig(min_chars=1), TextFields(), [], 0
+    with pq.ParquetWriter(out, DOC_SCHEMA, compression="zstd") as writer:
+        for n, record in enumerate(iter_jsonl(str(corpus), fields, "extract")):
+            if limit and n >= limit:
+                break
+            doc = extract_record(record, config)
+            if isinstance(doc, Doc):
+                rows.append(doc_to_row(doc))
+            if len(rows) == BATCH:
+                writer.write_table(pa.Table.from_pylist(rows, schema=DOC_SCHEMA))
+                written, rows = written + len(rows), []
+        if rows:
+            writer.write_table(pa.Table.from_pylist(rows, schema=DOC_SCHEMA))
+    return written + len(rows)
 
 
 def _smallest_first(ids: np.ndarray, groups: np.ndarray) -> np.ndarray:
@@ -100,9 +108,12 @@ def dedup_exact(src: Path, out: Path) -> int:
 def dedup_minhash(src: Path, out: Path) -> int:
     config = MinHashConfig()
     bands, rows = config.layout()
+    hasher = config.hasher()
     table = pq.read_table(src)
     ids = table.column("id").to_pylist()
-    signatures = config.hasher().signatures(table.column("text").to_pylist())
+    texts = table.column("text")
+    signatures = np.concatenate([hasher.signatures(texts.slice(i, BATCH).to_pylist())
+                                 for i in range(0, len(ids), BATCH)] or [np.zeros((0, config.num_perm), np.uint32)])
     parent = list(range(len(ids)))
 
     def find(i: int) -> int:
@@ -127,16 +138,16 @@ def dedup_minhash(src: Path, out: Path) -> int:
 
 def tokenize(src: Path, out: Path) -> int:
     sp = spm.SentencePieceProcessor(model_file=str(MODEL), num_threads=1)
-    texts = pq.read_table(src, columns=["text"]).column("text").to_pylist()
     eos = sp.eos_id()
     dtype = np.dtype(np.uint16) if sp.get_piece_size() <= 1 << 16 else np.dtype(np.uint32)
     docs, size, shards, tokens = [], 0, 0, 0
-    for ids in sp.encode(texts, num_threads=1):
-        docs.append(np.array(ids + [eos], dtype=dtype))
-        size += len(ids) + 1
-        if size * dtype.itemsize >= 256 << 20:
-            out.with_name(f"{out.name}-{shards}").write_bytes(encode_shard(docs, dtype)[0])
-            shards, tokens, docs, size = shards + 1, tokens + size, [], 0
+    for batch in pq.ParquetFile(src).iter_batches(batch_size=BATCH, columns=["text"]):
+        for ids in sp.encode(batch.column("text").to_pylist(), num_threads=1):
+            docs.append(np.array(ids + [eos], dtype=dtype))
+            size += len(ids) + 1
+            if size * dtype.itemsize >= 256 << 20:
+                out.with_name(f"{out.name}-{shards}").write_bytes(encode_shard(docs, dtype)[0])
+                shards, tokens, docs, size = shards + 1, tokens + size, [], 0
     if docs:
         out.with_name(f"{out.name}-{shards}").write_bytes(encode_shard(docs, dtype)[0])
     return tokens + size
