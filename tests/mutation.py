@@ -67,9 +67,12 @@ MODULES: dict[str, Target] = {
                                                       "tests/transforms/test_clean.py")),
     "robots": Target(("transforms/crawl/robots.py",), ("tests/transforms/test_urls_robots.py",)),
     "dedup": Target(("transforms/dedup/minhash.py", "transforms/dedup/components.py",
-                     "transforms/dedup/dedup.py"), ("tests/transforms/test_dedup.py",),
+                     "transforms/dedup/dedup.py", "transforms/dedup/band_chunks.py"),
+                    ("tests/transforms/test_dedup.py",),
                     skip="hot_node_split_bounds or split_hot_nodes_give or star_rounds_in_beam or incremental_dedup "
                          "or thousand_identical or mccormick"),
+    "band_chunks": Target(("transforms/dedup/band_chunks.py",), ("tests/transforms/test_dedup.py",),
+                          skip="not (chunk or cut)"),
     "shards": Target(("storage/shards.py", "storage/verify.py"), ("tests/storage/test_shards.py",
                                                                   "tests/storage/test_cache.py"),
                      skip="processes_sharing or processes_asking"),
