@@ -137,3 +137,27 @@ def test_an_interrupted_run_ends_the_benchmark_with_130_and_its_record(tmp_path:
     assert runs == ["prism"]  # nothing runs after it
     [line] = (tmp_path / "results.jsonl").read_text().splitlines()
     assert json.loads(line)["exit"] == "interrupted" and json.loads(line)["docs"] == 10
+
+
+def test_the_tree_cpu_goes_to_the_stage_running_and_the_framework_share_from_it(tmp_path: Path) -> None:
+    """A tree that burns CPU while dedup_exact runs: the sampler adds what the tree gained
+    to that stage; the share is 1 - work / stage CPU for the stages measured both ways."""
+    from benchmarks.bench_scale import framework_share
+
+    out = tmp_path / "out"
+    (out / "manifests").mkdir(parents=True)
+    (out / "manifests" / "extract.json").write_text("{}")
+    proc = subprocess.Popen([sys.executable, "-c", "import time\nt = time.process_time()\n"
+                             "while time.process_time() - t < 0.6: pass\ntime.sleep(60)\n"], start_new_session=True)
+    sampler = TreeSampler(proc.pid, 10 << 30, out, None, interval_s=0.05)
+    try:
+        sampler.start()
+        _wait_for(lambda: sampler.cpu_by_stage.get("dedup_exact", 0) >= 0.5)
+    finally:
+        sampler.stop.set()
+        sampler.join()
+        _stop_tree(proc.pid)
+    assert set(sampler.cpu_by_stage) == {"dedup_exact"}
+    work = {"extract": {"cpu_s": 1.0}, "dedup_exact": {"cpu_s": 3.0}, "tokenize": {"cpu_s": 1.0}}
+    assert framework_share(work, {"extract": 4.0, "dedup_exact": 3.0, "tokenize": 0.0}) == \
+        {"extract": 0.75, "dedup_exact": 0.0}
