@@ -130,7 +130,7 @@ class BandChunks(beam.PTransform):
         self._fn = _BandChunksFn(hasher, bands, rows, parts)
         self._batch_size = batch_size
 
-    def expand(self, nodes: beam.PCollection[tuple[str, str]]) -> beam.PCollection:
+    def expand(self, nodes: beam.PCollection[tuple[str, str]]) -> beam.PCollection[tuple[tuple[int, int], BandChunk]]:
         return (nodes
                 | "Batch" >> beam.BatchElements(min_batch_size=8, max_batch_size=self._batch_size)
                 | "Chunks" >> beam.ParDo(self._fn))
@@ -139,7 +139,7 @@ class BandChunks(beam.PTransform):
 class ChunkEdges(beam.PTransform):
     """``PCollection[((band, part), BandChunk)]`` → distinct star edges (node, smallest node)."""
 
-    def expand(self, chunks: beam.PCollection) -> beam.PCollection[tuple[str, str]]:
+    def expand(self, chunks: beam.PCollection[tuple[tuple[int, int], BandChunk]]) -> beam.PCollection[tuple[str, str]]:
         return (chunks
                 | "Group" >> beam.GroupByKey()
                 | "Link" >> beam.FlatMap(lambda group: chunk_edges(group[1]))
