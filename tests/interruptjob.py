@@ -23,7 +23,9 @@ STAGES = "extract,dedup_exact,dedup_minhash"
 
 def write_dedup_job(root: Path) -> str:
     """A JSONL job of real text whose near-dedup takes several pipelines (seconds on
-    FnApiRunner): the McCormick news articles and six chains of edited copies."""
+    FnApiRunner): the McCormick news articles and six chains of edited copies, the
+    components in star rounds (``driver_max_edges: 0``): the driver path ends the stage
+    within a second of its first output, too soon for the interrupt to land in it."""
     root.mkdir(parents=True, exist_ok=True)
     docs = _edited_chains()
     for line in shared("neardup", "mccormick_articles_1000.train").read_text(encoding="utf-8").splitlines():
@@ -32,7 +34,7 @@ def write_dedup_job(root: Path) -> str:
     (root / "docs.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs), encoding="utf-8")
     config = root / "job.yaml"
     config.write_text(f"output: {root / 'out'}\ninputs:\n  - {{format: jsonl, path: \"{root / 'docs.jsonl'}\"}}\n"
-                      "extract: {min_chars: 20}\ndedup:\n  minhash: {threshold: 0.5}\n"
+                      "extract: {min_chars: 20}\ndedup:\n  minhash: {threshold: 0.5, driver_max_edges: 0}\n"
                       "beam_args: ['--runner=FnApiRunner']\n")
     return str(config)
 
