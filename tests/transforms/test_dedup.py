@@ -875,3 +875,11 @@ def test_band_chunks_give_the_components_of_the_per_key_path(beam_options, monke
         both = ((chunked | "TagC" >> beam.Map(lambda e: ("chunk", e)),
                  per_key | "TagK" >> beam.Map(lambda e: ("key", e))) | beam.Flatten())
         assert_that(both, same_components)
+
+
+def test_parts_per_band_grow_with_the_input_past_the_least():
+    from transforms.dedup.band_chunks import BYTES_PER_PART, parts_for
+
+    assert BYTES_PER_PART == 256 << 20
+    assert parts_for(0, 16) == 16 and parts_for(16 * BYTES_PER_PART, 16) == 16
+    assert parts_for(16 * BYTES_PER_PART + 1, 16) == 17 and parts_for(1000 * BYTES_PER_PART, 16) == 1000

@@ -26,13 +26,12 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.transforms.window import GlobalWindows
 
-from transforms.dedup.minhash import MinHasher
+from transforms.dedup.minhash import _EMPTY, MinHasher
 
 __all__ = ["BandChunk", "BandChunks", "ChunkEdges", "chunk_edges", "key_chunk", "parts_for"]
 
 FLUSH_ROWS = 1 << 16  # band entries a bundle buffers before it sends its chunks on
 BYTES_PER_PART = 256 << 20  # input bytes per part of a band (parts_for)
-_EMPTY = np.uint32(0xFFFFFFFF)
 
 
 @dataclass(frozen=True)

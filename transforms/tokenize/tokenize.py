@@ -159,8 +159,13 @@ class SumFingerprints(beam.CombineFn):
 def fingerprint_of(doc: Doc, max_repeats: int) -> tuple[int, int]:
     """``doc_fingerprint`` of a document as the stage sees it: a repeat count it rejects
     (outside 1..``max_repeats``) hashes as 0."""
-    repeats = doc.repeats if check_repeats(doc.repeats, max_repeats) is None else 0
-    return doc_fingerprint(doc.id, doc.text, repeats, tuple(doc.repeat_rules))
+    return stage_fingerprint(doc.id, doc.text, doc.repeats, doc.repeat_rules, max_repeats)
+
+
+def stage_fingerprint(doc_id: str, text: str, repeats: int, rules: Sequence[str], max_repeats: int) -> tuple[int, int]:
+    """``fingerprint_of`` from a document's fields (the Arrow path has no ``Doc``)."""
+    times = repeats if check_repeats(repeats, max_repeats) is None else 0
+    return doc_fingerprint(doc_id, text, times, tuple(rules))
 
 
 class FingerprintDocs(beam.PTransform):
@@ -198,11 +203,9 @@ class _FileFingerprintFn(beam.DoFn):
                 values = {c: batch.column(c).to_pylist() for c in columns}
                 ids, texts = values["id"], values.get("text", [None] * n)
                 repeats, rules = values.get("repeats", [None] * n), values.get("repeat_rules", [None] * n)
-                for i in range(n):  # what fingerprint_of(doc_from_row(row)) gives, field by field
-                    times = 1 if repeats[i] is None else int(repeats[i])
-                    if check_repeats(times, self._max_repeats) is not None:
-                        times = 0
-                    lo, hi = doc_fingerprint(ids[i], texts[i] or "", times, tuple(rules[i] or ()))
+                for i in range(n):  # doc_from_row's defaults for missing values, then fingerprint_of
+                    lo, hi = stage_fingerprint(ids[i], texts[i] or "", 1 if repeats[i] is None else int(repeats[i]),
+                                               rules[i] or (), self._max_repeats)
                     low, high = (low + lo) & _HALF, (high + hi) & _HALF
                 count += n
         yield count, low, high
