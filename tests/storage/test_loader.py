@@ -672,3 +672,14 @@ def test_one_process_loader_skips_dataloaders_iterator_only_when_that_changes_no
     marked = TokenLoader(ds, collate_fn=lambda b: {**b, "seen": True})
     assert [b["tokens"].tolist() for b in marked if b["seen"]] == batches and through == [1]
     assert [b["tokens"].tolist() for b in TokenLoader(ds, num_workers=1)] == batches and through == [1, 1]
+
+
+def test_an_index_with_a_malformed_xxh3_128_is_refused_naming_the_shard(tmp_path):
+    from storage.index import IndexFileError, validate_index
+
+    index = json.loads(Path(make_dataset(tmp_path / "d")).read_text())
+    index["shards"][1]["xxh3_128"] = "Z" * 32
+    with pytest.raises(IndexFileError, match=r"shards\[1\] \(shard-00001.tfs\): xxh3_128 must be 32 lowercase hex"):
+        validate_index(index)
+    index["shards"][1]["xxh3_128"] = "0" * 32
+    validate_index(index)
