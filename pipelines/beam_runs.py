@@ -13,6 +13,8 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.pipeline import PipelineVisitor
 from apache_beam.runners.runner import PipelineResult
 
+from pipelines import interrupts
+
 __all__ = ["GraphCost", "counter_totals", "graph_cost", "largest_value", "run_pipeline"]
 
 # Set (to anything) by benchmarks.bench_pipeline --stage-cpu: each pipeline is also turned
@@ -80,6 +82,7 @@ def run_pipeline(options: PipelineOptions, build: Callable[[beam.Pipeline], None
         cost.translate_cpu_s = (cost.translate_cpu_s or 0.0) + time.process_time() - t1
     result = pipeline.run()
     result.wait_until_finish()
+    interrupts.raise_if_received()  # a signal whose exit was swallowed still ends the run here
     return result
 
 

@@ -44,6 +44,7 @@ class _State:
 
     signum: Optional[int] = None
     quiet = False  # stays set after the run: the interpreter's end must be quiet too
+    open = False  # handled() is open (signum stays readable after it closes)
 
 
 def received() -> Optional[int]:
@@ -54,6 +55,16 @@ def received() -> Optional[int]:
 def exit_code() -> int:
     """128 + the signal's number, the shell's convention (130 for Ctrl-C, 143 for kill)."""
     return 128 + (_State.signum or 0)
+
+
+def raise_if_received() -> None:
+    """``SystemExit(128 + signum)`` again if a signal arrived: the first one's exit can be
+    swallowed where Python cannot raise it (a ``__del__`` or a weakref callback running
+    in the main thread prints "Exception ignored", which the quiet hook hides, and the
+    run goes on). Called after each pipeline and before a stage's manifest, so such a
+    run still stops, and the stage it was in is not recorded as done."""
+    if _State.open and _State.signum is not None:
+        raise SystemExit(exit_code())
 
 
 def _quiet_thread_hook(args: Any, previous: Any = threading.excepthook) -> None:
@@ -87,9 +98,11 @@ def handled() -> Iterator[None]:
     _State.signum, _State.quiet = None, False
     threading.excepthook, sys.unraisablehook = _quiet_thread_hook, _quiet_unraisable_hook
     previous = {s: signal.signal(s, _on_signal) for s in SIGNALS}
+    _State.open = True
     try:
         yield
     finally:
+        _State.open = False
         for s, handler in previous.items():
             signal.signal(s, handler)
         if _State.quiet:

@@ -141,6 +141,7 @@ def run_stage(config: JobConfig, plan: StagePlan, options: PipelineOptions, forc
             totals: Optional[dict[str, int]] = plan.runner(options)
         else:
             totals = metric_totals(run_pipeline(options, plan.build), plan.name)
+    interrupts.raise_if_received()  # an interrupted stage writes no manifest, even if it ended
     counts, outputs = collect_counts(config.output, plan, totals)
     other = {k: v for k, v in sorted((totals or {}).items())
              if k not in ("records_in", "records_out") and not k.startswith(("rejected_", "failed_"))}
@@ -274,4 +275,5 @@ def run_job(config: JobConfig, cli_args: Sequence[str] = (), force: bool = False
             except BaseException:
                 stop_if_interrupted(stage, reports)
                 raise
+        interrupts.raise_if_received()  # after the last stage: exit 128 + signum all the same
     return reports

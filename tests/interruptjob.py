@@ -78,7 +78,7 @@ def interrupt_run(argv: list[str], started: Path, timeout_s: float = 600) -> Int
             out, err = proc.communicate()
             raise AssertionError(f"the run ended (or hung) before {started} appeared: {proc.returncode}\n{err[-3000:]}")
         seen |= _tree(proc.pid)
-        time.sleep(0.1)
+        time.sleep(0.02)
     seen |= _tree(proc.pid)
     os.killpg(proc.pid, signal.SIGINT)
     out, err = proc.communicate(timeout=300)
