@@ -161,3 +161,41 @@ def test_the_tree_cpu_goes_to_the_stage_running_and_the_framework_share_from_it(
     work = {"extract": {"cpu_s": 1.0}, "dedup_exact": {"cpu_s": 3.0}, "tokenize": {"cpu_s": 1.0}}
     assert framework_share(work, {"extract": 4.0, "dedup_exact": 3.0, "tokenize": 0.0}) == \
         {"extract": 0.75, "dedup_exact": 0.0}
+
+
+def test_a_floor_run_has_every_pure_function_a_no_op_of_the_same_shape_in_each_process(tmp_path: Path) -> None:
+    """``floor_env`` reaches a fresh interpreter (as the SDK workers are): the stages' pure
+    functions are the no-ops, returning what the real ones return in shape and type, and
+    exact copies still share a key."""
+    from benchmarks.bench_scale import over_floor
+    from benchmarks.floor import floor_env
+
+    probe = (
+        "import json, sentencepiece as spm\n"
+        "from transforms.dedup import exact_files, minhash\n"
+        "from transforms.extract import extract\n"
+        "from transforms.dedup.dedup import MinHashConfig\n"
+        "keys = exact_files.text_keys(['a  b', 'a  b', 'c'])\n"
+        "has, urls = exact_files.url_keys(['https://x/', None, ''])\n"
+        "sig = MinHashConfig().hasher().signatures(['one two three four five six', 'x'])\n"
+        "print(json.dumps({'normalize': extract.normalize_text('a\\u00a0 b '), 'keys': keys.shape,"
+        " 'dtype': str(keys.dtype), 'same': bool((keys[0] == keys[1]).all()), 'differ': bool((keys[0] != keys[2]).any()),"
+        " 'has': has.tolist(), 'urls': urls.shape, 'sig': [sig.shape, str(sig.dtype)],"
+        " 'encode': spm.SentencePieceProcessor.encode(None, ['x' * 70, 'y']),"
+        " 'one': spm.SentencePieceProcessor.encode(None, 'x' * 7)}))\n")
+    ROOT = Path(__file__).resolve().parents[1]
+    on = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=floor_env(), capture_output=True,
+                        text=True, timeout=120)
+    assert on.returncode == 0, on.stderr[-2000:]
+    got = json.loads(on.stdout)
+    assert got["normalize"] == "a\u00a0 b "  # the text as read: no normalisation
+    assert got["keys"] == [3, 3] and got["dtype"] == "uint64" and got["same"] and got["differ"]
+    assert got["has"] == [True, False, False] and got["urls"] == [1, 3]
+    assert got["sig"] == [[2, 112], "uint32"]
+    assert got["encode"] == [[5] * 20, []] and got["one"] == [5, 5]
+    off = subprocess.run([sys.executable, "-c", "from transforms.extract import extract\n"
+                          "print(extract.normalize_text('a\\u00a0 b '))"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert off.stdout == "a  b\n"  # without the floor's environment, the real function
+    assert over_floor({"dedup_exact": 6.0, "tokenize": 5.0}, {"dedup_exact": 2.0, "tokenize": 0.0},
+                      {"dedup_exact": {"cpu_s": 3.0}, "tokenize": {"cpu_s": 1.0}}) == {"dedup_exact": 1.2}
