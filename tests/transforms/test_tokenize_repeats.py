@@ -235,3 +235,31 @@ def by_docs_line(rows: list, max_repeats: int) -> list:
         lo, hi = fingerprint_of(doc_from_row(row), max_repeats)
         low, high = (low + lo) & _HALF, (high + hi) & _HALF
     return [_json.dumps({"documents": len(rows), "sum": f"{(high << 63) | low:032x}"})]
+
+
+def test_a_chunk_is_placed_as_its_documents_are_one_by_one():
+    """What crosses the shuffle is one packed group per chunk, not one entry per copy:
+    unpacked, the groups hold exactly the entries ``place_parts`` gives per document
+    (keys, ids, copies, tokens, repeats, rules), so the parts and shards cannot change."""
+    import numpy as np
+
+    from transforms.tokenize.tokenize import chunk_bytes, encoded_docs, part_entries, place_chunk, place_parts
+
+    lengths = [3, 1, 4, 2]
+    tokens = np.arange(sum(lengths), dtype=np.uint16)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    chunk = (["a", "b", "c", "d"], tokens, offsets, [1, 3, 1, 2], [(), ("top_quality",), (), ("label_code",)])
+    assert [d[1].tolist() for d in encoded_docs(chunk)] == [[0, 1, 2], [3], [4, 5, 6, 7], [8, 9]]
+    assert chunk_bytes(chunk) == (3 + 3 + 4 + 4) * 2  # every copy's tokens, 2 bytes each
+    for shards, bits in [(1, 0), (3, 2), (5, 12)]:
+        expected = defaultdict(list)
+        for doc in encoded_docs(chunk):
+            for group, entry in place_parts(SEED, doc, shards, bits):
+                expected[group].append(entry)
+        packed = list(place_chunk(SEED, chunk, shards, bits))
+        assert len(packed) == len({g for g, _ in packed}) == len(expected)  # one element per group
+        for group, part in packed:
+            got = list(part_entries([part]))
+            assert [(e[0], e[1], e[2], e[3].tolist(), e[4], e[5]) for e in got] == \
+                [(e[0], e[1], e[2], e[3].tolist(), e[4], e[5]) for e in expected[group]]
+            assert part[3].dtype == np.uint16

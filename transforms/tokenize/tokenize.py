@@ -20,6 +20,7 @@ outside 1..``max_repeats`` is rejected (reason ``repeats``), never a crash.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import logging
 import math
@@ -260,6 +261,11 @@ def copy_shuffle_key(seed: int, doc_id: str, copy: int) -> int:
 
 
 Encoded = tuple[str, np.ndarray, int, tuple[str, ...]]  # (doc id, tokens, repeats, rules)
+# The documents of one encode batch as one element (what crosses the steps and shuffles
+# after encoding; one element per document cost more in the runner than the work):
+# (ids, tokens of all of them concatenated, offsets (document i is
+# tokens[offsets[i]:offsets[i + 1]]), repeats, rules).
+EncodedChunk = tuple[list[str], np.ndarray, np.ndarray, list[int], list[tuple[str, ...]]]
 Entry = tuple[str, int, np.ndarray, int, tuple[str, ...]]  # (doc id, copy, tokens, repeats, rules)
 
 
@@ -287,8 +293,8 @@ class _Tokenizer:
 
 
 class _EncodeFn(beam.DoFn):
-    """Batches of ``Doc`` → (id, tokens, repeats, rules); a bad repeat count or an empty
-    encoding → rejected."""
+    """Batches of ``Doc`` → one ``EncodedChunk`` of the batch's encoded documents; a bad
+    repeat count or an empty encoding → rejected."""
 
     def __init__(self, model: str, append_eos: bool, max_repeats: int, stage: str = "tokenize") -> None:
         self._model = model
@@ -301,15 +307,14 @@ class _EncodeFn(beam.DoFn):
         self._tok = self._shared.acquire(lambda: _Tokenizer(self._model), tag=f"spm:{self._model}")
         self._by_origin: dict[str, Any] = {}
 
-    def _count_origin(self, doc: Doc, tokens: int) -> None:
+    def _count_origin(self, counts: dict[str, int]) -> None:
         """Tokens (each document once) of the original documents and of each rephrasing
         template's synthetic ones: ``tokens_original``, ``tokens_template_<name>``."""
-        template = doc.provenance.template if doc.provenance is not None else ""
-        name = f"tokens_template_{template}" if template else "tokens_original"
-        counter = self._by_origin.get(name)
-        if counter is None:
-            counter = self._by_origin[name] = beam.metrics.Metrics.counter(self._stage, name)
-        counter.inc(tokens)
+        for name, tokens in counts.items():
+            counter = self._by_origin.get(name)
+            if counter is None:
+                counter = self._by_origin[name] = beam.metrics.Metrics.counter(self._stage, name)
+            counter.inc(tokens)
 
     def process(self, batch: list[Doc]) -> Iterator[Any]:
         tok = self._tok
@@ -321,14 +326,25 @@ class _EncodeFn(beam.DoFn):
             else:
                 yield beam.pvalue.TaggedOutput(REJECTED, Rejected(doc, TokenizeReason.REPEATS.value, problem))
         ids = tok.sp.encode([d.text for d in kept]) if kept else []
+        docs, pieces_of, origin = [], [], {}
         for doc, pieces in zip(kept, ids):
             if not pieces:
                 yield beam.pvalue.TaggedOutput(REJECTED, Rejected(doc, TokenizeReason.EMPTY.value, "no tokens"))
                 continue
             if self._append_eos and tok.eos >= 0:
                 pieces.append(tok.eos)
-            self._count_origin(doc, len(pieces))
-            yield doc.id, np.asarray(pieces, dtype=tok.dtype), doc.repeats, tuple(doc.repeat_rules)
+            template = doc.provenance.template if doc.provenance is not None else ""
+            name = f"tokens_template_{template}" if template else "tokens_original"
+            origin[name] = origin.get(name, 0) + len(pieces)
+            docs.append(doc)
+            pieces_of.append(pieces)
+        if docs:
+            self._count_origin(origin)
+            offsets = np.zeros(len(docs) + 1, dtype=np.int64)
+            np.cumsum([len(p) for p in pieces_of], out=offsets[1:])
+            tokens = np.fromiter(itertools.chain.from_iterable(pieces_of), dtype=tok.dtype, count=int(offsets[-1]))
+            yield ([d.id for d in docs], tokens, offsets, [d.repeats for d in docs],
+                   [tuple(d.repeat_rules) for d in docs])
 
 
 # ``copy``: which entry of its document (0: the first; 1.. the repeats of an upsampled one).
@@ -388,6 +404,16 @@ def part_bits(target_shard_bytes: int, part_bytes: int) -> int:
 
 
 PartEntry = tuple[int, str, int, np.ndarray, int, tuple[str, ...]]  # (position key, id, copy, tokens, repeats, rules)
+# The entries of one (bucket, part) group from one chunk: (position keys, ids, copies,
+# tokens concatenated, offsets, repeats, rules); ``part_entries`` gives them back one by one.
+PartChunk = tuple[list[int], list[str], list[int], np.ndarray, np.ndarray, list[int], list[tuple[str, ...]]]
+
+
+def encoded_docs(chunk: EncodedChunk) -> Iterator[Encoded]:
+    """The documents of a chunk, each as (id, tokens, repeats, rules)."""
+    ids, tokens, offsets, repeats, rules = chunk
+    for i, doc_id in enumerate(ids):
+        yield doc_id, tokens[offsets[i]:offsets[i + 1]], repeats[i], rules[i]
 
 
 def place_parts(seed: int, encoded: Encoded, shards: int, bits: int) -> Iterator[tuple[int, PartEntry]]:
@@ -397,6 +423,28 @@ def place_parts(seed: int, encoded: Encoded, shards: int, bits: int) -> Iterator
     for bucket, (doc_id, copy, tokens, repeats, rules) in place_copies(seed, encoded, shards):
         key = copy_shuffle_key(seed, doc_id, copy)
         yield bucket << bits | key >> (64 - bits), (key, doc_id, copy, tokens, repeats, rules)
+
+
+def place_chunk(seed: int, chunk: EncodedChunk, shards: int, bits: int) -> Iterator[tuple[int, PartChunk]]:
+    """``place_parts`` of every document of a chunk, the entries of each group packed
+    into one ``PartChunk`` (groups in the order first met)."""
+    groups: dict[int, list[PartEntry]] = {}
+    for encoded in encoded_docs(chunk):
+        for group, entry in place_parts(seed, encoded, shards, bits):
+            groups.setdefault(group, []).append(entry)
+    for group, entries in groups.items():
+        offsets = np.zeros(len(entries) + 1, dtype=np.int64)
+        np.cumsum([len(e[3]) for e in entries], out=offsets[1:])
+        yield group, ([e[0] for e in entries], [e[1] for e in entries], [e[2] for e in entries],
+                      np.concatenate([e[3] for e in entries]), offsets, [e[4] for e in entries],
+                      [e[5] for e in entries])
+
+
+def part_entries(packed: Iterable[PartChunk]) -> Iterator[PartEntry]:
+    """The entries of a group's ``PartChunk``s, one by one."""
+    for keys, ids, copies, tokens, offsets, repeats, rules in packed:
+        for i, key in enumerate(keys):
+            yield key, ids[i], copies[i], tokens[offsets[i]:offsets[i + 1]], repeats[i], rules[i]
 
 
 def parts_paths(parts: str, bucket: int, part: int) -> tuple[str, str]:
@@ -414,10 +462,10 @@ class _WritePartFn(beam.DoFn):
         self._parts = parts
         self._bits = bits
 
-    def process(self, element: tuple[int, Iterable[PartEntry]]) -> Iterator[tuple[int, dict]]:
-        group, entries = element
+    def process(self, element: tuple[int, Iterable[PartChunk]]) -> Iterator[tuple[int, dict]]:
+        group, packed = element
         bucket, part = group >> self._bits, group & ((1 << self._bits) - 1)
-        ordered = sorted(entries, key=lambda e: (e[0], e[1], e[2]))
+        ordered = sorted(part_entries(packed), key=lambda e: (e[0], e[1], e[2]))
         dtype = ordered[0][3].dtype.newbyteorder("<")
         lengths = [len(e[3]) for e in ordered]
         payload = np.concatenate([e[3] for e in ordered]).astype(dtype, copy=False)
@@ -526,13 +574,13 @@ class TokenizeToShards(beam.PTransform):
             .with_outputs(REJECTED, main="ids")
         )
         ids = encoded["ids"] | "CountKept" >> beam.ParDo(_CountTokensFn(stage))
-        total = ids | "Bytes" >> beam.Map(lambda e: e[1].nbytes * e[2]) | "Total" >> beam.CombineGlobally(sum)
+        total = ids | "Bytes" >> beam.Map(chunk_bytes) | "Total" >> beam.CombineGlobally(sum)
         shards = total | "Shards" >> beam.Map(lambda b: max(1, math.ceil(b / config.target_shard_bytes)))
         shard_count = beam.pvalue.AsSingleton(shards)
         bits, parts = part_bits(config.target_shard_bytes, config.part_bytes), self._parts
         written = (
             ids
-            | "Assign" >> beam.FlatMap(lambda e, n: place_parts(config.seed, e, n, bits), n=shard_count)
+            | "Assign" >> beam.FlatMap(lambda c, n: place_chunk(config.seed, c, n, bits), n=shard_count)
             | "GroupParts" >> beam.GroupByKey()
             | "WriteParts" >> beam.ParDo(_WritePartFn(parts, bits))
             | "GroupShards" >> beam.GroupByKey()
@@ -558,16 +606,24 @@ class _CountTokensFn(beam.DoFn):
         self._repeat_docs = Metrics.counter(stage, "repeat_docs")
         self._repeat_tokens = Metrics.counter(stage, "repeat_tokens")
 
-    def process(self, encoded: Encoded) -> Iterator[Encoded]:
-        tokens, repeats = len(encoded[1]), encoded[2]
-        self._docs.inc()
-        progress.record(self._stage, "out")
-        self._tokens.inc(tokens)
-        self._dist.update(tokens)
-        if repeats > 1:  # entries and tokens beyond the first copy; never counted without repeats
-            self._repeat_docs.inc(repeats - 1)
-            self._repeat_tokens.inc(tokens * (repeats - 1))
-        yield encoded
+    def process(self, chunk: EncodedChunk) -> Iterator[EncodedChunk]:
+        lengths = np.diff(chunk[2])
+        repeats = np.asarray(chunk[3], dtype=np.int64)
+        self._docs.inc(len(lengths))
+        progress.record(self._stage, "out", len(lengths))
+        self._tokens.inc(int(lengths.sum()))
+        for tokens in lengths.tolist():
+            self._dist.update(tokens)
+        extra = repeats > 1  # entries and tokens beyond the first copy; never counted without repeats
+        if extra.any():
+            self._repeat_docs.inc(int((repeats[extra] - 1).sum()))
+            self._repeat_tokens.inc(int((lengths[extra] * (repeats[extra] - 1)).sum()))
+        yield chunk
+
+
+def chunk_bytes(chunk: EncodedChunk) -> int:
+    """The bytes of a chunk's tokens with every copy: what the shards will hold of it."""
+    return int((np.diff(chunk[2]) * np.asarray(chunk[3], dtype=np.int64)).sum()) * chunk[1].itemsize
 
 
 def eos_id_of(model: str) -> Optional[int]:
