@@ -7,8 +7,10 @@
    component's root, what the rounds converge to), else large-star / small-star rounds,
    one pipeline each, ``edges-NNN`` → ``edges-NNN+1``, until the edge set is unchanged
    (edge count and an order-free checksum);
-3. documents joined with their component root → kept / ``near_duplicate``; the kept
-   documents' band keys extend the signature index (``dedup.index``).
+3. each input file's rows with their component root (``transforms.dedup.assign_files``:
+   node ids cross the shuffle, each file is read and written Arrow-native by one step) →
+   kept / ``near_duplicate``; the kept documents' band keys extend the signature index
+   (``dedup.index``).
 
 Intermediate edges live under ``<output>/work/dedup_minhash/`` (deleted on rerun).
 """
@@ -30,9 +32,9 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from pipelines.beam_runs import counter_totals, largest_value, run_pipeline
 from pipelines.outputs import WriteParquet, WriteStageOutputs
 from transforms.dedup.components import StarRound, components_union_find, edge_checksum
+from transforms.dedup.assign_files import AssignFiles, table_nodes
 from transforms.dedup.band_chunks import BandChunks, ChunkEdges, key_chunk, parts_for
-from transforms.dedup.dedup import BandKeys, DedupConfig, assign_component
-from transforms.routing import REJECTED, CountFn, StageOutputs
+from transforms.dedup.dedup import BandKeys, DedupConfig
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -170,24 +172,14 @@ class NearDedupDriver:
 
     def _build_final(self, final: int) -> Callable[[beam.Pipeline], None]:
         config, stage = self.config, self.stage
+        buckets = min(max(len(self.doc_files), 1), 1024)
 
         def build(pipeline: beam.Pipeline) -> None:
-            docs = (pipeline | "ReadDocs" >> self.read_docs(self.doc_files)
-                    | "CountIn" >> beam.ParDo(CountFn(stage, "in"))
-                    | "KeyDocs" >> beam.Map(lambda d: (config.node(d), d)))
             edges = _read_edges(pipeline, self._edges_dir(final))
-            roots = ((edges, edges | "Roots" >> beam.Map(lambda e: (e[1], e[1])) | beam.Distinct())
-                     | "AllRoots" >> beam.Flatten())
-            joined = ({"docs": docs, "roots": roots} | "Join" >> beam.CoGroupByKey()
-                      | "Assign" >> beam.FlatMap(assign_component).with_outputs(REJECTED, main="kept"))
-            kept = joined["kept"] | "CountKept" >> beam.ParDo(CountFn(stage, "kept"))
-            outputs = StageOutputs(
-                kept=kept,
-                rejected=joined[REJECTED] | "CountRejected" >> beam.ParDo(CountFn(stage, "rejected")),
-                failed=pipeline | "NoFailures" >> beam.Create([]))
-            outputs | "Write" >> WriteStageOutputs(self.output, stage)
+            outputs = edges | "Assign" >> AssignFiles(self.doc_files, config, stage, buckets)
+            outputs | "Write" >> WriteStageOutputs(self.output, stage, tables=True)
             if config.index:
-                self._extend_index(pipeline, kept)
+                self._extend_index(pipeline, outputs.kept)
         return build
 
     def _extend_index(self, pipeline: beam.Pipeline, kept: beam.PCollection) -> None:
@@ -196,7 +188,7 @@ class NearDedupDriver:
         keys = (pipeline | "ReadKeys" >> beam.io.ReadFromParquet(
             FileSystems.join(self.work, "band_keys", "*.parquet"), validate=False)
             | "KeyByNode" >> beam.Map(lambda r: (r["node"], r["band_key"])))
-        kept_nodes = kept | "KeptNodes" >> beam.Map(lambda d: (config.node(d), True))
+        kept_nodes = kept | "KeptNodes" >> beam.FlatMap(lambda t: [(n, True) for n in table_nodes(config, t)])
         ({"keys": keys, "kept": kept_nodes} | "JoinKept" >> beam.CoGroupByKey()
          | "KeptKeys" >> beam.FlatMap(lambda kv: [(kv[0], k) for k in kv[1]["keys"]] if kv[1]["kept"] else [])
          | "WriteIndex" >> WriteParquet(FileSystems.join(config.index, run), INDEX_SCHEMA,

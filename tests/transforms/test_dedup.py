@@ -401,6 +401,63 @@ def test_components_in_the_driver_and_in_star_rounds_give_identical_outputs(tmp_
     assert (driver["cc_in_driver"], driver.get("cc_rounds", 0)) == (1, 0) and rounds["cc_rounds"] >= 1
     assert rounds.get("cc_in_driver", 0) == 0 and driver["edges"] == rounds["edges"]
 
+def test_components_applied_per_file_are_the_join_of_every_document_with_its_root(tmp_path):
+    """The stage's per-file application (``assign_files``: node ids shuffled, rows cut
+    Arrow-native) writes exactly what the ``CoGroupByKey`` of every ``Doc`` with its
+    component's root and ``assign_component`` write: every column of every kept row
+    (``dup_cluster`` on the kept root too) and every rejected row with its detail; and a
+    second input file and an ``highest_quality`` ranking change nothing of that."""
+    from transforms.dedup.dedup import assign_component
+    from transforms.doc import doc_from_row, doc_to_row, rejected_to_row
+
+    lines = shared("neardup", "mccormick_articles_1000.train").read_text().splitlines()
+    docs = [tuple(line.split(" ", 1)) for line in lines if line.strip()]
+    config = Path(jsonl_job(tmp_path, docs, "  exact_text: false\n  keep: highest_quality\n  minhash:\n    salts: 4\n"))
+    assert main(["--config", str(config), "--log-level", "WARNING", "--no-report"], out=io.StringIO()) == 0
+    out = tmp_path / "job"
+    inputs = sorted(out.glob("docs/dedup_exact/*.parquet"))
+    dedup = DedupConfig(keep="highest_quality")
+    roots: dict[str, list[str]] = {}
+    final = max((out / "work" / "dedup_minhash").glob("edges-*"))
+    edges = [(r["a"], r["b"]) for p in final.glob("*.parquet") for r in pq.read_table(p).to_pylist()]
+    for a, b in edges:
+        roots.setdefault(a, []).append(b)
+    for b in {b for _, b in edges}:
+        roots.setdefault(b, []).append(b)
+    expected = {"docs": [], "rejected": []}
+    for path in inputs:
+        for row in pq.read_table(path).to_pylist():
+            doc = doc_from_row(row)
+            node = dedup.node(doc)
+            for result in assign_component((node, {"docs": [doc], "roots": roots.get(node, [])})):
+                if isinstance(result, Doc):
+                    expected["docs"].append(doc_to_row(result))
+                else:
+                    expected["rejected"].append(rejected_to_row(result.value))
+    got = {sub: [r for p in sorted(out.glob(f"{sub}/dedup_minhash/*.parquet")) for r in pq.read_table(p).to_pylist()]
+           for sub in ("docs", "rejected")}
+    key = lambda r: r["id"]  # noqa: E731
+    assert len(expected["rejected"]) > 5 and any(r["dup_cluster"] for r in expected["docs"])
+    for sub in ("docs", "rejected"):
+        assert sorted(got[sub], key=key) == sorted(expected[sub], key=key)
+
+    # the transform over the same rows cut into three files, three join buckets
+    import pyarrow as pa
+
+    from transforms.dedup.assign_files import AssignFiles
+
+    table = pa.concat_tables([pq.read_table(p) for p in inputs])
+    files = []
+    for k, (lo, hi) in enumerate([(0, 300), (300, 301), (301, table.num_rows)]):
+        files.append(str(tmp_path / f"part-{k}.parquet"))
+        pq.write_table(table.slice(lo, hi - lo), files[-1])
+    with beam.Pipeline("FnApiRunner") as pipeline:
+        outputs = (pipeline | beam.Create(edges) | AssignFiles(files, dedup, "dedup_minhash", buckets=3))
+        for sub, tables in (("docs", outputs.kept), ("rejected", outputs.rejected)):
+            rows = tables | f"Rows{sub}" >> beam.FlatMap(lambda t: t.to_pylist())
+            assert_that(rows, equal_to(expected[sub]), label=f"Check{sub}")
+
+
 def test_thousand_identical_and_short_documents(tmp_path):
     docs = [(f"same{i:04d}", "the very same boilerplate text repeated on every page of a site")
             for i in range(1000)]
