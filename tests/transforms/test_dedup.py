@@ -591,6 +591,29 @@ def test_smallest_id_is_natural_order(ids, first):
         assert doc_id_of(config.node(ranked[0])) == first
 
 
+def test_the_natural_order_key_is_each_digit_run_as_its_length_and_digits():
+    """``id_order_key`` against its definition, written the plain way (a regex callback per
+    digit run), on ids with control characters, separators, zeros and long runs."""
+    import random
+    import re
+
+    from transforms.dedup.dedup import id_order_key
+
+    def run_key(match):
+        digits = match.group().lstrip("0") or "0"
+        return (str(len(digits)) if len(digits) < 9 else f"9{len(digits):09d}") + digits
+
+    def reference(doc_id):
+        cleaned = "".join("{" if c == "|" else " " if ord(c) < 0x20 else c for c in doc_id)
+        return re.sub(r"[0-9]+", run_key, cleaned) + " "
+
+    rng = random.Random(5)
+    ids = ["".join(rng.choice("ab|09\x00\x1f-7 xé") for _ in range(rng.randint(0, 14))) for _ in range(3000)]
+    ids += ["", "0", "000", "007", "x" + "9" * 12, "9" * 9, "12345678", "a|2", "t007", "d123456"]
+    assert [id_order_key(i) for i in ids] == [reference(i) for i in ids]
+    assert id_order_key("doc-0010a") == "doc-210a "
+
+
 def test_exact_dedup_keeps_the_smallest_id_in_natural_order(beam_options):
     docs = [Doc(id=i, url="", text="The same news-wire story.", source="t", fetched_at="")
             for i in ("t2023", "t980", "t10000")]

@@ -188,7 +188,7 @@ def test_an_unreadable_file_is_a_failure_naming_it_and_counts_reconcile(beam_opt
 
 def test_the_key_chunk_takes_rows_and_buckets_cover_every_row():
     keys = np.arange(30, dtype=np.uint64).reshape(10, 3)
-    chunk = KeyChunk(files=np.zeros(10, np.uint32), rows=np.arange(10), ids=np.array([str(i) for i in range(10)], object),
+    chunk = KeyChunk(files=np.zeros(10, np.uint32), rows=np.arange(10), ids=pa.array([str(i) for i in range(10)]),
                      text=keys)
     parts = dict(exact_keys.by_bucket(chunk, keys, 4))
     assert sorted(r for part in parts.values() for r in part.rows.tolist()) == list(range(10))

@@ -83,14 +83,10 @@ class MinHashConfig:
         return MinHasher(num_perm=self.num_perm, seed=self.seed, ngram=self.ngram, compat=self.compat)
 
 
-_DIGIT_RUN = re.compile(r"[0-9]+")
+_DIGIT_RUNS = re.compile(r"([0-9]+)")  # split: text, digits, text, ...
+_ID_CONTROL = re.compile(r"[\x00-\x1f|]")
 _ID_TEXT = {ord("|"): "{", **{c: " " for c in range(0x20)}}
-
-
-def _digit_run_key(match: re.Match[str]) -> str:
-    digits = match.group().lstrip("0") or "0"
-    size = len(digits)
-    return (str(size) if size < 9 else f"9{size:09d}") + digits
+_RUN_SIZES = [str(size) for size in range(9)]
 
 
 def id_order_key(doc_id: str) -> str:
@@ -104,7 +100,15 @@ def id_order_key(doc_id: str) -> str:
     space, below every printable character (control characters order as spaces). Ids with
     equal keys (``t007``, ``t7``) are ordered by the raw id after the separator.
     """
-    return _DIGIT_RUN.sub(_digit_run_key, doc_id.translate(_ID_TEXT)) + " "
+    if _ID_CONTROL.search(doc_id) is not None:
+        doc_id = doc_id.translate(_ID_TEXT)
+    parts = _DIGIT_RUNS.split(doc_id)
+    for i in range(1, len(parts), 2):  # split + loop: ~0.7 µs an id, re.sub with a callback ~1.1
+        digits = parts[i].lstrip("0") or "0"
+        size = len(digits)
+        parts[i] = (_RUN_SIZES[size] if size < 9 else f"9{size:09d}") + digits
+    parts.append(" ")
+    return "".join(parts)
 
 
 @dataclass(frozen=True)

@@ -64,7 +64,7 @@ def _key_chunk(config: DedupConfig, batch: pa.RecordBatch, file: int, first_row:
     if config.keep == "highest_quality":
         quality = np.array([0.0 if q is None else q for q in column("quality_score")], dtype=np.float64)
     chunk = KeyChunk(files=np.full(n, file, dtype=np.uint32), rows=np.arange(first_row, first_row + n, dtype=np.int64),
-                     ids=np.array(batch.column("id").to_pylist(), dtype=object), url=url, text=text, quality=quality)
+                     ids=batch.column("id").cast(pa.string()), url=url, text=text, quality=quality)
     return chunk, has_url
 
 
@@ -131,7 +131,8 @@ class _DecideFn(beam.DoFn):
         chunk = concat(list(group[1]))
         keys = chunk.url if self._reason is DedupReason.DUPLICATE_URL else chunk.text
         node_of = self._config.node_of
-        rejected, kept_by = decide(keys, lambda i: node_of(chunk.ids[i], chunk.quality_of(i)))
+        ids = chunk.ids.to_pylist()  # one pass: decide ranks most rows of a duplicate-heavy bucket
+        rejected, kept_by = decide(keys, lambda i: node_of(ids[i], chunk.quality_of(i)))
         for file, marks in rejections_by_file(chunk, rejected, kept_by, self._reason.value):
             yield beam.pvalue.TaggedOutput(REJECTED, (file, marks))
         if self._then_text:
@@ -160,15 +161,15 @@ class _FilterFileFn(beam.DoFn):
             raise RuntimeError(f"{self._files[file]}: {len(counts)} row counts for one input file")
         rows = np.concatenate([m.rows for m in marks] + [np.zeros(0, dtype=np.int64)])
         reasons = np.concatenate([np.full(len(m.rows), m.reason, dtype=object) for m in marks] + [np.zeros(0, object)])
-        kept = np.concatenate([m.kept for m in marks] + [np.zeros(0, dtype=object)])
+        kept = pa.concat_arrays([m.kept for m in marks] + [pa.array([], pa.string())])
         order = np.argsort(rows, kind="stable")
-        rows, reasons, kept = rows[order], reasons[order], kept[order]
+        rows, reasons, kept = rows[order], reasons[order], kept.take(order)
         seen = 0
         for batch in _open(self._files[file]).iter_batches(batch_size=BATCH_ROWS):
             lo, hi = np.searchsorted(rows, [seen, seen + batch.num_rows])
             table = conform(batch)
             kept_rows, dropped = split_rows(table, rows[lo:hi] - seen, reasons[lo:hi].tolist(),
-                                            [f"duplicate of {k}" for k in kept[lo:hi].tolist()])
+                                            [f"duplicate of {k}" for k in kept[lo:hi].to_pylist()])
             seen += batch.num_rows
             yield from self._emit(kept_rows, dropped)
         if seen != counts[0]:
