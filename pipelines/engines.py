@@ -134,6 +134,41 @@ def spark_partitions(input_bytes: int) -> int:
 POOL_FROM_BYTES = 512 * 1024 * 1024
 SDK_WORKER_CHOICES = ("auto", "loopback", "pool")
 
+# FnApiRunner keeps every shuffle in the driver's memory. Measured peaks of the whole tree
+# for extract → dedup_exact → dedup_minhash → tokenize (docs/BENCHMARKS.md, "FnApiRunner
+# multi_processing at 1M"): direct 685 MB for 68 MB of JSONL (50k documents), direct-mp
+# 9.8 GB for 1.36 GB (1M). A local run whose input times this factor passes the memory
+# the machine has free is refused before it starts, not killed by the OOM killer an hour in.
+LOCAL_PEAK_PER_INPUT_BYTE = {"direct": 10.0, "direct-mp": 8.0}
+
+
+def available_memory_bytes() -> int:
+    """MemAvailable of /proc/meminfo (0: unknown, no check)."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def local_memory_refusal(engine: Optional[str], input_bytes: int, available: int) -> Optional[str]:
+    """Why ``engine`` cannot run a job reading ``input_bytes`` on a machine with
+    ``available`` bytes free (None: it can, or either size is unknown)."""
+    factor = LOCAL_PEAK_PER_INPUT_BYTE.get(engine or "")
+    if factor is None or input_bytes <= 0 or available <= 0:
+        return None
+    needed = int(input_bytes * factor)
+    if needed <= available:
+        return None
+    gib = lambda n: f"{n / 2**30:.1f} GiB"  # noqa: E731
+    return (f"--engine {engine} keeps every shuffle in memory: {gib(input_bytes)} of input needs about "
+            f"{gib(needed)} ({factor:g}x, measured) and {gib(available)} is free. Run it with --engine spark "
+            "(spills to disk; docs/RUNNING_AT_SCALE.md), on a sample of the input, or on a larger machine; "
+            "--no-memory-check runs it anyway")
+
 
 def sdk_workers_for(choice: str, engine: Optional[str], input_bytes: int, beam_args: Sequence[str] = ()) -> str:
     """``loopback`` or ``pool``: where a run's SDK workers go. An explicit choice stands;

@@ -26,7 +26,7 @@ from typing import Optional, Sequence, TextIO
 from pipelines import interrupts
 from pipelines.config import ConfigError, JobConfig, load_config
 from pipelines.engines import (ENGINES, POOL_FROM_BYTES, SDK_WORKER_CHOICES, EngineMissing, WorkerPool,
-                               engine_args, sdk_workers_for)
+                               available_memory_bytes, engine_args, local_memory_refusal, sdk_workers_for)
 from pipelines.job import JobInterrupted, StageFailed, StageReport, run_job
 from pipelines.lease import LeaseHeld
 from pipelines.manifest import read_manifest
@@ -64,6 +64,9 @@ def parse_args(argv: Optional[Sequence[str]]) -> tuple[argparse.Namespace, list[
                         help="run on this engine: " + "; ".join(f"{e.name}: {e.description}"
                                                                 for e in ENGINES.values())
                         + " (its Beam options come before yours, so yours win)")
+    parser.add_argument("--no-memory-check", action="store_true",
+                        help="with --engine direct or direct-mp: run even when the input looks too large "
+                             "for this machine's free memory (FnApiRunner keeps shuffles in memory)")
     parser.add_argument("--sdk-workers", choices=SDK_WORKER_CHOICES, default="auto",
                         help="with --engine flink or spark: where the Python SDK workers run. loopback: "
                              "in this process; pool: in processes of a worker pool this command starts "
@@ -231,6 +234,11 @@ def _main(argv: Optional[Sequence[str]], out: TextIO) -> int:
         from pipelines.stages import configured_input_bytes
 
         input_bytes = configured_input_bytes(config)
+    refusal = None if args.no_memory_check else local_memory_refusal(args.engine, input_bytes,
+                                                                     available_memory_bytes())
+    if refusal:
+        _stderr(f"engine error: {refusal}\nnothing ran\n")
+        return 2
     sdk_workers = sdk_workers_for(args.sdk_workers, args.engine, input_bytes, beam_args)
     with contextlib.ExitStack() as stack:
         try:

@@ -7,8 +7,8 @@ import zipfile
 
 import pytest
 
-from pipelines.engines import (ENGINES, POOL_FROM_BYTES, EngineMissing, engine_args, sdk_workers_for, spark_partitions,
-                               write_launcher_jar)
+from pipelines.engines import (ENGINES, LOCAL_PEAK_PER_INPUT_BYTE, POOL_FROM_BYTES, EngineMissing, available_memory_bytes,
+                               engine_args, local_memory_refusal, sdk_workers_for, spark_partitions, write_launcher_jar)
 from pipelines.run import main
 
 
@@ -168,6 +168,47 @@ def test_auto_sdk_workers_go_to_a_pool_from_512_mib_of_input_on_flink_and_spark(
 @pytest.mark.parametrize("engine", [None, "direct", "direct-mp", "prism"])
 def test_auto_sdk_workers_stay_in_process_off_flink_and_spark(engine):
     assert sdk_workers_for("auto", engine, 10 * POOL_FROM_BYTES) == "loopback"
+
+
+def test_a_local_runner_refuses_an_input_its_in_memory_shuffles_would_not_fit():
+    assert LOCAL_PEAK_PER_INPUT_BYTE == {"direct": 10.0, "direct-mp": 8.0}  # measured (docs/BENCHMARKS.md)
+    gib = 2**30
+    assert local_memory_refusal("direct-mp", 2 * gib, 16 * gib) is None  # 16 GiB needed: fits exactly
+    refusal = local_memory_refusal("direct-mp", 2 * gib + 1, 16 * gib)
+    assert refusal.startswith("--engine direct-mp keeps every shuffle in memory: 2.0 GiB of input needs about "
+                              "16.0 GiB (8x, measured) and 16.0 GiB is free") and "--engine spark" in refusal
+    assert local_memory_refusal("direct", gib, 10 * gib) is None
+    assert "10x" in local_memory_refusal("direct", gib + 1, 10 * gib)
+    for engine in ("spark", "flink", "prism", None):  # they spill, or are not ours to size
+        assert local_memory_refusal(engine, 100 * gib, gib) is None
+    assert local_memory_refusal("direct", 0, gib) is None  # unknown size (a crawl)
+    assert local_memory_refusal("direct", 100 * gib, 0) is None  # unknown memory
+    assert available_memory_bytes() > 0  # /proc/meminfo on Linux
+
+
+def test_a_refused_local_run_says_why_and_runs_nothing(tmp_path, monkeypatch):
+    data = tmp_path / "huge.jsonl"
+    with open(data, "wb") as fh:  # sparse: its size without the disk
+        fh.truncate(available_memory_bytes() // 8 * 2)
+    config = tmp_path / "job.yaml"
+    config.write_text(f"output: {tmp_path / 'out'}\ninputs:\n  - {{format: jsonl, path: {data}}}\n")
+    err = io.StringIO()
+    monkeypatch.setattr("sys.stderr", err)
+    assert main(["--config", str(config), "--engine", "direct-mp", "--stages", "extract"]) == 2
+    assert "engine error: --engine direct-mp keeps every shuffle in memory" in err.getvalue()
+    assert "--no-memory-check runs it anyway" in err.getvalue() and err.getvalue().endswith("nothing ran\n")
+    assert not (tmp_path / "out").exists()
+
+
+def test_no_memory_check_runs_what_the_check_would_refuse(tmp_path, monkeypatch):
+    monkeypatch.setattr("pipelines.run.available_memory_bytes", lambda: 16)  # 16 bytes free
+    (tmp_path / "x.jsonl").write_text('{"id": "a", "text": "Some text long enough to keep as a document."}\n')
+    config = tmp_path / "job.yaml"
+    config.write_text(f"output: {tmp_path / 'out'}\ninputs:\n  - {{format: jsonl, path: {tmp_path / 'x.jsonl'}}}\n")
+    argv = ["--config", str(config), "--engine", "direct", "--stages", "extract", "--no-report", "--no-progress"]
+    assert main(argv) == 2 and not (tmp_path / "out").exists()
+    assert main(argv + ["--no-memory-check"]) == 0
+    assert (tmp_path / "out" / "manifests" / "extract.json").exists()
 
 
 def test_an_explicit_sdk_workers_choice_stands():
