@@ -96,31 +96,36 @@ def test_the_line_says_where_the_run_stopped(monkeypatch):
     assert run.interrupted_line([], "clean", []).startswith("interrupted (SIGTERM) in stage clean: ")
 
 
-def test_a_stage_interrupted_inside_beam_is_not_reported_as_failed(tmp_path, monkeypatch, capsys):
-    """Beam turns the signal's SystemExit inside a DoFn into a RuntimeError: the job must
-    still end as interrupted (exit 130, the one line), not as a failed stage (exit 1)."""
+def _interrupted_in_dedup_exact(tmp_path, monkeypatch, capsys, runner):
+    """``pipelines.run`` over extract (a real stage) then dedup_exact run by ``runner``:
+    it must end as interrupted in dedup_exact (130, the one line); (stderr, the job's config)."""
     import pipelines.job as job
     from pipelines.stages import StagePlan
     from tests.pipelines.test_job_decisions import Stage, job_config
 
     config = job_config(tmp_path, stages="[extract, dedup_exact]", sections="dedup: {}\n")
-    first = Stage(config.output)
+    plans = {"extract": Stage(config.output).plan(),
+             "dedup_exact": StagePlan(name="dedup_exact", config_hash="c", inputs=(), fingerprint="f",
+                                      build=lambda p: None, runner=runner)}
+    monkeypatch.setattr(job, "plan_stage", lambda config, stage: plans[stage])
+    code = run.main(["--config", str(Path(tmp_path) / "job.yaml"), "--no-progress", "--no-report", "--log-level", "WARNING"])
+    err = capsys.readouterr().err
+    assert code == 130
+    assert err.splitlines()[-1].startswith("interrupted in stage dedup_exact: outputs of finished stages "
+                                           "(extract) are kept; resume with: "), err
+    return err, config
 
+
+def test_a_stage_interrupted_inside_beam_is_not_reported_as_failed(tmp_path, monkeypatch, capsys):
+    """Beam turns the signal's SystemExit inside a DoFn into a RuntimeError: the job must
+    still end as interrupted (exit 130, the one line), not as a failed stage (exit 1)."""
     def interrupted_in_beam(options):
         try:
             interrupts._on_signal(signal.SIGINT, None)
         except SystemExit:
             raise RuntimeError("SystemExit: 130 [while running 'Edges/LinkSub']") from None
 
-    plans = {"extract": first.plan(),
-             "dedup_exact": StagePlan(name="dedup_exact", config_hash="c", inputs=(), fingerprint="f",
-                                          build=lambda p: None, runner=interrupted_in_beam)}
-    monkeypatch.setattr(job, "plan_stage", lambda config, stage: plans[stage])
-    code = run.main(["--config", str(Path(tmp_path) / "job.yaml"), "--no-progress", "--no-report", "--log-level", "WARNING"])
-    err = capsys.readouterr().err
-    assert code == 130
-    assert err.splitlines()[-1].startswith("interrupted in stage dedup_exact: outputs of finished stages "
-                                           "(extract) are kept; resume with: ")
+    err, _ = _interrupted_in_dedup_exact(tmp_path, monkeypatch, capsys, interrupted_in_beam)
     assert "stage dedup_exact failed" not in err and "Traceback" not in err and len(err.splitlines()) == 1
 
 
@@ -132,13 +137,7 @@ def test_a_signal_whose_exit_was_swallowed_still_ends_the_run_and_the_stage_is_n
     must still end as interrupted, and that stage must rerun on resume."""
     import gc
 
-    import pipelines.job as job
     from pipelines.manifest import read_manifest
-    from pipelines.stages import StagePlan
-    from tests.pipelines.test_job_decisions import Stage, job_config
-
-    config = job_config(tmp_path, stages="[extract, dedup_exact]", sections="dedup: {}\n")
-    first = Stage(config.output)
 
     class SignalledWhileCollected:
         def __del__(self):
@@ -149,14 +148,6 @@ def test_a_signal_whose_exit_was_swallowed_still_ends_the_run_and_the_stage_is_n
         gc.collect()
         return {"records_in": 0}
 
-    plans = {"extract": first.plan(),
-             "dedup_exact": StagePlan(name="dedup_exact", config_hash="c", inputs=(), fingerprint="f",
-                                          build=lambda p: None, runner=swallowed)}
-    monkeypatch.setattr(job, "plan_stage", lambda config, stage: plans[stage])
-    code = run.main(["--config", str(Path(tmp_path) / "job.yaml"), "--no-progress", "--no-report", "--log-level", "WARNING"])
-    err = capsys.readouterr().err
-    assert code == 130
-    assert err.splitlines()[-1].startswith("interrupted in stage dedup_exact: outputs of finished stages "
-                                           "(extract) are kept; resume with: "), err
+    err, config = _interrupted_in_dedup_exact(tmp_path, monkeypatch, capsys, swallowed)
     assert read_manifest(config.output, "dedup_exact") is None and read_manifest(config.output, "extract")
     assert "Exception ignored" not in err and "Traceback" not in err

@@ -644,7 +644,7 @@ def test_the_pieces_of_a_split_node_give_the_edges_of_the_unsplit_star(kind, sal
     ``small_star`` on the whole group, the node's own small-star link once."""
     from apache_beam.pvalue import TaggedOutput
 
-    from transforms.dedup.components import (components_union_find, _broadcast_min, _key_by_salt, _split_edges, _StarGroupFn,
+    from transforms.dedup.components import (_broadcast_min, _key_by_salt, _split_edges, _StarGroupFn,
                                              stable_hash)
 
     rng = random.Random(salts)

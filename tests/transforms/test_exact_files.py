@@ -25,7 +25,7 @@ from transforms.dedup.exact_files import ExactDedupFiles
 from transforms.dedup.exact_keys import KeyChunk, decide, normalized_texts
 from transforms.dedup.exact_rows import conform
 from transforms.dedup.minhash import code_point_flags, flags_of, normalize_for_dedup
-from transforms.doc import DOC_SCHEMA, REJECTED_SCHEMA, Doc, Label, Signals, doc_from_row, doc_to_row
+from transforms.doc import DOC_SCHEMA, Doc, Label, Signals, doc_from_row, doc_to_row
 
 
 def test_batched_normalised_texts_are_normalize_for_dedup(monkeypatch):

@@ -26,16 +26,16 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Optional, Sequence
 
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 
 from transforms.dedup.dedup import DedupConfig, DedupReason
-from transforms.dedup.exact_files import _READ_ERRORS, BATCH_ROWS, _open
-from transforms.dedup.exact_rows import conform, split_rows
-from transforms.routing import FAILED, KEPT, REJECTED, StageCounters, StageOutputs, make_failure
+from transforms.dedup.exact_files import FilterFileFn, ReadFileFn
+from transforms.dedup.exact_rows import split_rows
+from transforms.routing import FAILED, KEPT, REJECTED, StageOutputs
 
 ROWS = "rows"
 
@@ -125,75 +125,39 @@ def apply_marks(table: pa.Table, positions: np.ndarray, nodes: Sequence[str],
                       [detail_of(roots[k]) for k in members])
 
 
-class _FileNodesFn(beam.DoFn):
+class _FileNodesFn(ReadFileFn):
     """(file index, path) → (bucket, ``NodeChunk``) and (file index, row count) as
     ``ROWS``; an unreadable file → ``FAILED``."""
 
-    def __init__(self, config: DedupConfig, stage: str, buckets: int) -> None:
-        self._config, self._stage, self._buckets = config, stage, buckets
+    def columns(self, names: list[str]) -> Optional[list[str]]:
+        return ["id"] + ["quality_score"] * (self._config.keep == "highest_quality" and "quality_score" in names)
 
-    def setup(self) -> None:
-        self._counters = StageCounters(self._stage)
+    def read(self, batch: pa.RecordBatch, file: int, first_row: int) -> list[tuple[int, NodeChunk]]:
+        return list(node_chunks(file, first_row, table_nodes(self._config, batch), self._buckets))
 
-    def process(self, element: tuple[int, str]) -> Iterator[Any]:
-        file, path = element
-        chunks: list[tuple[int, NodeChunk]] = []
-        try:
-            parquet = _open(path)
-            rows = parquet.metadata.num_rows
-            columns = ["id"] + ["quality_score"] * (self._config.keep == "highest_quality"
-                                                    and "quality_score" in parquet.schema_arrow.names)
-            first = 0
-            for batch in parquet.iter_batches(batch_size=BATCH_ROWS, columns=columns):
-                chunks += node_chunks(file, first, table_nodes(self._config, batch), self._buckets)
-                first += batch.num_rows
-        except _READ_ERRORS as err:
-            self._counters.record_in()
-            self._counters.failed(type(err).__name__)
-            yield beam.pvalue.TaggedOutput(FAILED, make_failure(
-                self._stage, f"{path}: unreadable input: {err}", path, -1, b"", type(err).__name__))
-            return
-        self._counters.record_in(rows)
-        yield beam.pvalue.TaggedOutput(ROWS, (file, rows))
-        yield from chunks
+    def count(self, file: int, rows: int) -> Any:
+        return beam.pvalue.TaggedOutput(ROWS, (file, rows))
+
+    def emit(self, parts: list[list[tuple[int, NodeChunk]]]) -> Iterator[Any]:
+        return (chunk for part in parts for chunk in part)
 
 
-class _FilterFileFn(beam.DoFn):
-    """(file index, [row count, ``Marks``...]) → the file's kept rows (``pa.Table``, main
-    output) and rejected rows (``pa.Table`` tagged ``REJECTED``), batch by batch."""
+class _FilterFileFn(FilterFileFn):
+    """``Marks`` → every marked row gets its ``dup_cluster``; those that are not their
+    component's root are rejected as ``near_duplicate``."""
 
-    def __init__(self, files: Sequence[str], stage: str) -> None:
-        self._files, self._stage = list(files), stage
+    MARKS = Marks
+    WHAT = "nodes"
 
-    def setup(self) -> None:
-        self._counters = StageCounters(self._stage)
-
-    def process(self, group: tuple[int, Iterable[Any]]) -> Iterator[Any]:
-        file, items = group
-        items = list(items)
-        counts = [i for i in items if isinstance(i, int)]
-        marks = [i for i in items if isinstance(i, Marks)]
-        if len(counts) != 1:
-            raise RuntimeError(f"{self._files[file]}: {len(counts)} row counts for one input file")
+    def columns(self, marks: list[Marks]) -> tuple[np.ndarray, list[Any]]:
         rows = np.concatenate([m.rows for m in marks] + [np.zeros(0, dtype=np.int64)])
         nodes = np.array([n for m in marks for n in m.nodes], dtype=object)
         roots = np.array([r for m in marks for r in m.roots], dtype=object)
-        order = np.argsort(rows, kind="stable")
-        rows, nodes, roots = rows[order], nodes[order], roots[order]
-        seen = 0
-        for batch in _open(self._files[file]).iter_batches(batch_size=BATCH_ROWS):
-            lo, hi = np.searchsorted(rows, [seen, seen + batch.num_rows])
-            kept, dropped = apply_marks(conform(batch), rows[lo:hi] - seen, nodes[lo:hi].tolist(),
-                                        roots[lo:hi].tolist())
-            seen += batch.num_rows
-            if kept.num_rows:
-                self._counters.kept_many(kept.num_rows)
-                yield kept
-            if dropped.num_rows:
-                self._counters.rejected_many(DedupReason.NEAR_DUPLICATE.value, dropped.num_rows)
-                yield beam.pvalue.TaggedOutput(REJECTED, dropped)
-        if seen != counts[0]:
-            raise RuntimeError(f"{self._files[file]}: read {seen} rows, its nodes were computed over {counts[0]}")
+        return rows, [nodes, roots]
+
+    def split(self, table: pa.Table, positions: np.ndarray, columns: list[Any]) -> tuple[pa.Table, pa.Table]:
+        nodes, roots = columns
+        return apply_marks(table, positions, nodes.tolist(), roots.tolist())
 
 
 class AssignFiles(beam.PTransform):

@@ -22,7 +22,7 @@ per unreadable file), ``records_out`` and ``rejected_<reason>`` as rows are writ
 from __future__ import annotations
 
 import logging
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Optional, Sequence
 
 import apache_beam as beam
 import numpy as np
@@ -68,9 +68,10 @@ def _key_chunk(config: DedupConfig, batch: pa.RecordBatch, file: int, first_row:
     return chunk, has_url
 
 
-class _FileKeysFn(beam.DoFn):
-    """(file index, path) → (bucket, ``KeyChunk``) for the first step (tagged ``URL`` or
-    ``TEXT``) and (file index, its row count) as ``ROWS``; an unreadable file → ``FAILED``."""
+class ReadFileFn(beam.DoFn):
+    """(file index, path) → what ``read`` makes of the file's batches (only the ``columns``
+    it names are read; None: the file's row count alone), after the file's row count as
+    ``count``; an unreadable file → one ``FAILED`` record naming it and what was wrong."""
 
     def __init__(self, config: DedupConfig, stage: str, buckets: int) -> None:
         self._config, self._stage, self._buckets = config, stage, buckets
@@ -78,22 +79,29 @@ class _FileKeysFn(beam.DoFn):
     def setup(self) -> None:
         self._counters = StageCounters(self._stage)
 
-    def _columns(self) -> list[str]:
-        config = self._config
-        wanted = ["id"] + ["url"] * config.exact_url + ["text"] * config.exact_text
-        return wanted + ["quality_score"] * (config.keep == "highest_quality")
+    def columns(self, names: list[str]) -> Optional[list[str]]:
+        raise NotImplementedError
+
+    def read(self, batch: pa.RecordBatch, file: int, first_row: int) -> Any:
+        raise NotImplementedError
+
+    def count(self, file: int, rows: int) -> Any:
+        raise NotImplementedError
+
+    def emit(self, parts: list[Any]) -> Iterator[Any]:
+        raise NotImplementedError
 
     def process(self, element: tuple[int, str]) -> Iterator[Any]:
         file, path = element
-        chunks: list[tuple[KeyChunk, np.ndarray]] = []
+        parts: list[Any] = []
         try:
             parquet = _open(path)
             rows = parquet.metadata.num_rows
-            if self._config.exact_url or self._config.exact_text:
-                columns = [c for c in self._columns() if c == "id" or c in parquet.schema_arrow.names]
+            columns = self.columns(parquet.schema_arrow.names)
+            if columns is not None:
                 first = 0
                 for batch in parquet.iter_batches(batch_size=BATCH_ROWS, columns=columns):
-                    chunks.append(_key_chunk(self._config, batch, file, first))
+                    parts.append(self.read(batch, file, first))
                     first += batch.num_rows
         except _READ_ERRORS as err:
             self._counters.record_in()
@@ -102,8 +110,30 @@ class _FileKeysFn(beam.DoFn):
                 self._stage, f"{path}: unreadable input: {err}", path, -1, b"", type(err).__name__))
             return
         self._counters.record_in(rows)
-        yield file, rows  # the main output
-        yield from self._first_step(chunks)
+        yield self.count(file, rows)
+        yield from self.emit(parts)
+
+
+class _FileKeysFn(ReadFileFn):
+    """(file index, path) → (bucket, ``KeyChunk``) for the first step (tagged ``URL`` or
+    ``TEXT``) and (file index, its row count) as the main output."""
+
+    def columns(self, names: list[str]) -> Optional[list[str]]:
+        config = self._config
+        if not (config.exact_url or config.exact_text):
+            return None
+        wanted = ["id"] + ["url"] * config.exact_url + ["text"] * config.exact_text
+        wanted += ["quality_score"] * (config.keep == "highest_quality")
+        return [c for c in wanted if c == "id" or c in names]
+
+    def read(self, batch: pa.RecordBatch, file: int, first_row: int) -> tuple[KeyChunk, np.ndarray]:
+        return _key_chunk(self._config, batch, file, first_row)
+
+    def count(self, file: int, rows: int) -> Any:
+        return file, rows  # the main output
+
+    def emit(self, parts: list[tuple[KeyChunk, np.ndarray]]) -> Iterator[Any]:
+        return self._first_step(parts)
 
     def _first_step(self, chunks: list[tuple[KeyChunk, np.ndarray]]) -> Iterator[Any]:
         if not chunks:
@@ -142,9 +172,14 @@ class _DecideFn(beam.DoFn):
             yield from by_bucket(rest, rest.text, self._buckets)
 
 
-class _FilterFileFn(beam.DoFn):
-    """(file index, [row count, ``Rejections``...]) → the file's kept rows (``pa.Table``,
-    main output) and rejected rows (``pa.Table`` tagged ``REJECTED``), batch by batch."""
+class FilterFileFn(beam.DoFn):
+    """(file index, [its row count, marks...]) → the file's kept rows (``pa.Table``, main
+    output) and rejected rows (``pa.Table`` tagged ``REJECTED``), batch by batch. A
+    subclass says which elements are its marks (``MARKS``), turns them into row numbers
+    and per-row columns (``columns``) and splits one conformed batch (``split``)."""
+
+    MARKS: type = object
+    WHAT = "marks"  # what the file's row count was taken for, in the mismatch error
 
     def __init__(self, files: Sequence[str], stage: str) -> None:
         self._files, self._stage = list(files), stage
@@ -152,38 +187,56 @@ class _FilterFileFn(beam.DoFn):
     def setup(self) -> None:
         self._counters = StageCounters(self._stage)
 
+    def columns(self, marks: list[Any]) -> tuple[np.ndarray, list[Any]]:
+        """(int64 row numbers, per-row columns: numpy or Arrow arrays)."""
+        raise NotImplementedError
+
+    def split(self, table: pa.Table, positions: np.ndarray, columns: list[Any]) -> tuple[pa.Table, pa.Table]:
+        """(kept rows, rejected rows) of ``table`` given its marked ``positions``."""
+        raise NotImplementedError
+
     def process(self, group: tuple[int, Iterable[Any]]) -> Iterator[Any]:
         file, items = group
         items = list(items)
         counts = [i for i in items if isinstance(i, int)]
-        marks = [i for i in items if isinstance(i, Rejections)]
         if len(counts) != 1:
             raise RuntimeError(f"{self._files[file]}: {len(counts)} row counts for one input file")
-        rows = np.concatenate([m.rows for m in marks] + [np.zeros(0, dtype=np.int64)])
-        reasons = np.concatenate([np.full(len(m.rows), m.reason, dtype=object) for m in marks] + [np.zeros(0, object)])
-        kept = pa.concat_arrays([m.kept for m in marks] + [pa.array([], pa.string())])
+        rows, columns = self.columns([i for i in items if isinstance(i, self.MARKS)])
         order = np.argsort(rows, kind="stable")
-        rows, reasons, kept = rows[order], reasons[order], kept.take(order)
+        rows = rows[order]
+        columns = [c.take(order) if isinstance(c, pa.Array) else c[order] for c in columns]
         seen = 0
         for batch in _open(self._files[file]).iter_batches(batch_size=BATCH_ROWS):
             lo, hi = np.searchsorted(rows, [seen, seen + batch.num_rows])
-            table = conform(batch)
-            kept_rows, dropped = split_rows(table, rows[lo:hi] - seen, reasons[lo:hi].tolist(),
-                                            [f"duplicate of {k}" for k in kept[lo:hi].to_pylist()])
+            kept, dropped = self.split(conform(batch), rows[lo:hi] - seen, [c[lo:hi] for c in columns])
             seen += batch.num_rows
-            yield from self._emit(kept_rows, dropped)
+            if kept.num_rows:
+                self._counters.kept_many(kept.num_rows)
+                yield kept
+            if dropped.num_rows:
+                for reason, n in zip(*np.unique(dropped.column("reason").to_numpy(zero_copy_only=False),
+                                                return_counts=True)):
+                    self._counters.rejected_many(str(reason), int(n))
+                yield beam.pvalue.TaggedOutput(REJECTED, dropped)
         if seen != counts[0]:
-            raise RuntimeError(f"{self._files[file]}: read {seen} rows, its keys were computed over {counts[0]}")
+            raise RuntimeError(f"{self._files[file]}: read {seen} rows, its {self.WHAT} were computed over {counts[0]}")
 
-    def _emit(self, kept: pa.Table, dropped: pa.Table) -> Iterator[Any]:
-        if kept.num_rows:
-            self._counters.kept_many(kept.num_rows)
-            yield kept
-        if dropped.num_rows:
-            for reason, n in zip(*np.unique(dropped.column("reason").to_numpy(zero_copy_only=False),
-                                            return_counts=True)):
-                self._counters.rejected_many(str(reason), int(n))
-            yield beam.pvalue.TaggedOutput(REJECTED, dropped)
+
+class _FilterFileFn(FilterFileFn):
+    """``Rejections`` → rows rejected with their reason and "duplicate of <kept id>"."""
+
+    MARKS = Rejections
+    WHAT = "keys"
+
+    def columns(self, marks: list[Rejections]) -> tuple[np.ndarray, list[Any]]:
+        rows = np.concatenate([m.rows for m in marks] + [np.zeros(0, dtype=np.int64)])
+        reasons = np.concatenate([np.full(len(m.rows), m.reason, dtype=object) for m in marks] + [np.zeros(0, object)])
+        kept = pa.concat_arrays([m.kept for m in marks] + [pa.array([], pa.string())])
+        return rows, [reasons, kept]
+
+    def split(self, table: pa.Table, positions: np.ndarray, columns: list[Any]) -> tuple[pa.Table, pa.Table]:
+        reasons, kept = columns
+        return split_rows(table, positions, reasons.tolist(), [f"duplicate of {k}" for k in kept.to_pylist()])
 
 
 class ExactDedupFiles(beam.PTransform):
