@@ -172,7 +172,7 @@ class AssignFiles(beam.PTransform):
             raise ValueError(f"buckets must be >= 1, got {buckets}")
         self._files, self._config, self._stage, self._buckets = list(files), config, stage, buckets
 
-    def expand(self, edges: beam.PCollection) -> StageOutputs:
+    def expand(self, edges: beam.PCollection[tuple[str, str]]) -> StageOutputs:
         buckets = self._buckets
         pipeline = edges.pipeline
         nodes = (pipeline
