@@ -32,7 +32,8 @@ import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 
-from transforms.dedup.dedup import DedupConfig, DedupReason
+from transforms.dedup.components import doc_id_of
+from transforms.dedup.dedup import DedupConfig, DedupReason, component_detail
 from transforms.dedup.exact_files import FilterFileFn, ReadFileFn
 from transforms.dedup.exact_rows import split_rows
 from transforms.routing import FAILED, KEPT, REJECTED, StageOutputs
@@ -43,17 +44,6 @@ ROWS = "rows"
 def bucket_of(node: str, buckets: int) -> int:
     """The join bucket of a node (the same in every process)."""
     return zlib.crc32(node.encode("utf-8", "surrogatepass")) % buckets
-
-
-def cluster_of(root: str) -> str:
-    """The ``dup_cluster`` of a component: its root node without the rank."""
-    return root.split("|", 1)[1]
-
-
-def detail_of(root: str) -> str:
-    """A rejected member's detail (an ``0``-ranked root is a document of an earlier run)."""
-    origin = "an earlier run's " if root.startswith("0") else ""
-    return f"component {cluster_of(root)}: kept {origin}{cluster_of(root)}"
 
 
 @dataclass(frozen=True)
@@ -116,13 +106,13 @@ def apply_marks(table: pa.Table, positions: np.ndarray, nodes: Sequence[str],
         return split_rows(table, positions, [], [])
     cluster = table.column("dup_cluster").to_pylist()
     for p, root in zip(positions.tolist(), roots):
-        cluster[p] = cluster_of(root)
+        cluster[p] = doc_id_of(root)
     index = table.schema.get_field_index("dup_cluster")
     table = table.set_column(index, table.schema.field(index), pa.array(cluster, type=pa.string()))
     members = [k for k, (n, r) in enumerate(zip(nodes, roots)) if n != r]
     rejected = positions[np.array(members, dtype=np.int64)]
     return split_rows(table, rejected, [DedupReason.NEAR_DUPLICATE.value] * len(members),
-                      [detail_of(roots[k]) for k in members])
+                      [component_detail(roots[k]) for k in members])
 
 
 class _FileNodesFn(ReadFileFn):

@@ -27,7 +27,7 @@ from typing import Any, Iterable, Iterator, Optional
 import apache_beam as beam
 
 from transforms.crawl.urls import normalize_url
-from transforms.dedup.components import Edge, node_key
+from transforms.dedup.components import Edge, doc_id_of, node_key
 from transforms.dedup.minhash import MinHasher, band_keys, is_empty, normalize_for_dedup, optimal_bands
 from transforms.doc import Doc, Rejected
 from transforms.routing import REJECTED, CountFn, StageOutputs
@@ -289,14 +289,20 @@ def assign_component(element: tuple[str, dict[str, list[Any]]]) -> Iterator[Any]
             yield doc
             continue
         root = roots[0]
-        cluster = root.split("|", 1)[1]
+        cluster = doc_id_of(root)
         if root == node:
             yield _with_cluster(doc, cluster)
         else:
-            origin = "an earlier run's " if root.startswith("0") else ""
             yield beam.pvalue.TaggedOutput(REJECTED, Rejected(
-                _with_cluster(doc, cluster), DedupReason.NEAR_DUPLICATE.value,
-                f"component {cluster}: kept {origin}{cluster}"))
+                _with_cluster(doc, cluster), DedupReason.NEAR_DUPLICATE.value, component_detail(root)))
+
+
+def component_detail(root: str) -> str:
+    """A near-duplicate's detail: its component and the document kept (an ``0``-ranked
+    root is a document of an earlier run)."""
+    cluster = doc_id_of(root)
+    origin = "an earlier run's " if root.startswith("0") else ""
+    return f"component {cluster}: kept {origin}{cluster}"
 
 
 def _with_cluster(doc: Doc, cluster: str) -> Doc:
