@@ -38,11 +38,11 @@ algorithm choice are separate rows:
 
 (a) Per stage, in this process, the pure work of each side on the same inputs (one copy;
 post-extraction rows: every document our extraction kept, same texts to both sides); CPU
-time, best of ``--rounds + 1`` interleaved rounds.
+time, median of ``--rounds + 1`` interleaved rounds.
 (b) End to end: ``python -m pipelines.run`` (FnApiRunner, one worker; extract, clean,
 dedup_exact, dedup_minhash, tokenize with the given model) vs datatrove's
 LocalPipelineExecutor (tasks=1 / workers=1; 14 tasks for the bucket step) in a subprocess
-each, interleaved, best of ``--rounds``; on ``warc`` also on one copy, which gives the
+each, interleaved, the median of ``--rounds`` (per side: the run of median CPU); on ``warc`` also on one copy, which gives the
 fixed start-up and the marginal rate. Per core = CPU seconds (user + system) of the whole
 process tree, from ``wait4``; docs in = WARC document records (the same number for both
 sides).
@@ -58,6 +58,7 @@ import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -395,13 +396,24 @@ def stage_functions(files: list[Path], tmp: Path, tokenizer_json: Path,
 
 def per_stage(files: list[Path], tmp: Path, tokenizer_json: Path, rounds: int, steps: Steps) -> dict[str, Any]:
     functions, counts = stage_functions(files, tmp, tokenizer_json, steps)
-    best = {name: [float("inf"), float("inf")] for name in functions}
+    seen: dict[str, list[list[float]]] = {name: [[], []] for name in functions}
     for _ in range(rounds):
         for name, fns in functions.items():
             for side, fn in enumerate(fns):
                 seconds, _ = _cpu(fn)
-                best[name][side] = min(best[name][side], seconds)
-    return {"counts": counts, "seconds": best}
+                seen[name][side].append(seconds)
+    return {"counts": counts, "seconds": {name: [_median(v[0]), _median(v[1])] for name, v in seen.items()}}
+
+
+def _median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run of median CPU (the lower of the two middle ones for an even count: a run
+    that happened, not an average of two)."""
+    ordered = sorted(runs, key=lambda r: r["cpu"])
+    return ordered[(len(ordered) - 1) // 2]
 
 
 # --- (b) end to end ------------------------------------------------------------------
@@ -589,7 +601,7 @@ def pure_cpu(a: dict[str, Any], entering: dict[str, int]) -> float:
 
 def report_per_stage(corpus: str, result: dict[str, Any], steps: Steps) -> list[str]:
     n = result["counts"]
-    lines = [f"\n[{corpus}] (a) per-stage pure work, CPU of one process, best of rounds "
+    lines = [f"\n[{corpus}] (a) per-stage pure work, CPU of one process, median of rounds "
              f"({n['records']} WARC document records, {n['datatrove_pages']} HTML pages read by datatrove, "
              f"{n['extracted']} documents extracted by ours: the rows below extraction use these texts on both sides; "
              f"language threshold {steps.lang_threshold}, rules: {', '.join(steps.families)})",
@@ -605,7 +617,7 @@ def report_end_to_end(corpus: str, variant: Variant, ours: dict[str, Any], dt: d
                       a: dict[str, Any], small: Optional[tuple[dict[str, Any], dict[str, Any]]]) -> list[str]:
     s, docs_in = ours["stages"], ours["stages"]["extract"]["in"]
     lines = [f"\n[{corpus}] (b) end to end, variant {variant.name!r}: {variant.description}; "
-             f"{docs_in} WARC document records in, best of rounds "
+             f"{docs_in} WARC document records in, median of rounds "
              "(per core: docs in / CPU seconds of the process tree)",
              "| | wall s | CPU s | cores used | docs/s per core |", "|---|---|---|---|---|"]
     for name, run in (("ours: pipelines.run (Beam FnApiRunner)", ours), ("datatrove LocalPipelineExecutor", dt)):
@@ -648,16 +660,16 @@ def report_end_to_end(corpus: str, variant: Variant, ours: dict[str, Any], dt: d
     return lines
 
 
-def _best_pair(input_dir: Path, work: Path, tokenizer_json: Path, rounds: int,
-               steps: Steps, variant: Variant) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Best (least CPU) of ``rounds`` interleaved end-to-end runs of each side."""
+def _median_pair(input_dir: Path, work: Path, tokenizer_json: Path, rounds: int,
+                 steps: Steps, variant: Variant) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The median-CPU run of each side, of ``rounds`` interleaved end-to-end runs."""
     runs: list[tuple[dict[str, Any], dict[str, Any]]] = []
     for _ in range(rounds):
         runs.append((ours_end_to_end(input_dir, work, steps, variant),
                      datatrove_end_to_end(input_dir, work, tokenizer_json, steps, variant)))
         sys.stderr.write(f"  {variant.name} {input_dir.name}: ours {runs[-1][0]['cpu']:.1f} CPU s, "
                          f"datatrove {runs[-1][1]['cpu']:.1f} CPU s\n")
-    return min((r[0] for r in runs), key=lambda r: r["cpu"]), min((r[1] for r in runs), key=lambda r: r["cpu"])
+    return median_run([r[0] for r in runs]), median_run([r[1] for r in runs])
 
 
 def report_stage_cpu(corpus: str, variant: Variant, ours: dict[str, Any], cpu: dict[str, float]) -> list[str]:
@@ -677,7 +689,7 @@ def report_stage_cpu(corpus: str, variant: Variant, ours: dict[str, Any], cpu: d
                      f"{(cpu[st] - start) / total:.0%} | {g.get('pipelines', 0)} ({g.get('transforms', 0)}) | "
                      f"{build:.2f} | {translate:.2f} | {(build + translate) / cpu[st]:.0%} |")
     whole = cpu["whole run, --no-report"]
-    lines.append(f"whole run in one process: {ours['cpu']:.1f} s (best end-to-end, with the report), "
+    lines.append(f"whole run in one process: {ours['cpu']:.1f} s (median end-to-end, with the report), "
                  f"{whole:.1f} s with --no-report; {docs_in / whole:.1f} docs/s per core without the report")
     return lines
 
@@ -698,9 +710,9 @@ def run_corpus(corpus: str, files: list[Path], input_dir: Path, work: Path, toke
             shutil.copy(f, one / f.name)
     summary: dict[str, Any] = {"per_stage": a, "variants": {}}
     for variant in variants:
-        small = None if one is None else _best_pair(one, work / f"{corpus}-{variant.name}-small", tokenizer_json,
+        small = None if one is None else _median_pair(one, work / f"{corpus}-{variant.name}-small", tokenizer_json,
                                                     rounds, steps, variant)
-        ours, dt = _best_pair(input_dir, work / f"{corpus}-{variant.name}", tokenizer_json, rounds, steps, variant)
+        ours, dt = _median_pair(input_dir, work / f"{corpus}-{variant.name}", tokenizer_json, rounds, steps, variant)
         part = report_end_to_end(corpus, variant, ours, dt, a, small)
         cpu = None
         if stage_cpu and variant is variants[0]:

@@ -7,3 +7,12 @@ clients ("apitools not found", ...), which concern no command here (pipelines/cl
 from pipelines.cli import import_beam_quietly as _import_beam_quietly
 
 _import_beam_quietly()
+
+# DoFn specs and option views memoised while graphs are built (pipelines/graph_memo.py);
+# TOKENFACTORY_GRAPH_MEMO=0 leaves Beam's own functions in place.
+import os as _os
+
+if _os.environ.get("TOKENFACTORY_GRAPH_MEMO", "1") != "0":
+    from pipelines.graph_memo import install as _install_graph_memo
+
+    _install_graph_memo()

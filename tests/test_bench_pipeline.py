@@ -69,3 +69,12 @@ def test_same_variant_gives_datatrove_the_options_our_trafilatura_method_uses(mo
     datatrove_call = {"favor_precision": dt.pop("favour_precision"), "include_comments": False,
                       "deduplicate": dt.pop("deduplicate"), **dt}
     assert calls == [datatrove_call]
+
+
+def test_median_run_is_a_run_that_happened() -> None:
+    from benchmarks.bench_pipeline import median_run
+
+    runs = [{"cpu": 5.0, "n": "a"}, {"cpu": 1.0, "n": "b"}, {"cpu": 3.0, "n": "c"}]
+    assert median_run(runs)["n"] == "c"
+    assert median_run(runs[:2])["n"] == "b"  # of two: the lower, not an average
+    assert median_run(runs[:1])["n"] == "a"
