@@ -34,7 +34,7 @@ from transforms.crawl.fetcher import FetchPolicy
 from transforms.extract.extract import ExtractConfig
 from transforms.label.label import LabelConfig
 from transforms.readers.tabular import TextFields
-from pipelines.config_errors import ConfigError, quote
+from pipelines.config_errors import ConfigError, did_you_mean, quote
 from pipelines.config_inputs import check_input_fields
 from pipelines.config_paths import check_job_paths, check_no_credentials, expand_output
 from pipelines.config_yaml import read_yaml_file
@@ -234,7 +234,7 @@ def from_mapping(cls: type, data: Any, key: str = "") -> Any:
     unknown = sorted(set(data) - set(fields), key=str)  # YAML keys may be numbers or null
     if unknown:
         name = unknown[0] if isinstance(unknown[0], str) else quote(unknown[0])
-        raise ConfigError(f"{key + '.' if key else ''}{name}: unknown key "
+        raise ConfigError(f"{key + '.' if key else ''}{name}: unknown key{did_you_mean(unknown[0], fields)} "
                           f"(allowed in {where}: {', '.join(sorted(fields))})")
     kwargs = {}
     for name, value in data.items():

@@ -8,9 +8,11 @@ is cut at ``MAX_MESSAGE_CHARS`` and has the userinfo of every URL masked.
 
 from __future__ import annotations
 
+import argparse
+import difflib
 import logging
 import reprlib
-from typing import Any
+from typing import Any, Callable, Iterable
 
 from storage.redact import redact_url
 
@@ -48,3 +50,27 @@ def quote(value: Any) -> str:
     """A short, credential-free ``repr`` of ``value`` for error messages."""
     text = _QuoteRepr().repr(value)
     return text if len(text) <= MAX_QUOTE_CHARS else text[:MAX_QUOTE_CHARS] + "..."
+
+
+def did_you_mean(name: Any, known: Iterable[Any]) -> str:
+    """``" (did you mean 'x'?)"`` for the known name closest to a mistyped ``name``
+    (difflib's ratio >= 0.6, case ignored), else ``""``."""
+    if not isinstance(name, str):
+        return ""
+    by_lower = {str(k).lower(): str(k) for k in known}
+    close = difflib.get_close_matches(name.lower(), list(by_lower), n=1, cutoff=0.6)
+    return f" (did you mean {by_lower[close[0]]!r}?)" if close else ""
+
+
+def choice_of(what: str, known: Iterable[str]) -> Callable[[str], str]:
+    """An argparse ``type`` accepting one of ``known``; anything else is an error that
+    names the closest choice and lists them all."""
+    names = list(known)
+
+    def parse(value: str) -> str:
+        if value in names:
+            return value
+        raise argparse.ArgumentTypeError(
+            f"unknown {what} {value!r}{did_you_mean(value, names)}; one of: {', '.join(names)}")
+    parse.__name__ = what  # argparse names the type in its own errors
+    return parse

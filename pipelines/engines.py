@@ -45,6 +45,7 @@ from typing import Optional, Sequence
 
 import apache_beam as beam
 
+from pipelines.config_errors import choice_of, did_you_mean
 from pipelines.job_servers import child_pids, shared_job_server  # noqa: F401 (shared_job_server: re-exported)
 
 _LOGGER = logging.getLogger(__name__)
@@ -467,7 +468,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     get.add_argument("parts", nargs="*", default=list(PARTS), help=f"of {', '.join(PARTS)} (default: all)")
     get.add_argument("--force", action="store_true", help="fetch again even if present")
     show = sub.add_parser("args", help="print the Beam options of an engine")
-    show.add_argument("engine", choices=list(ENGINES))
+    show.add_argument("engine", type=choice_of("engine", ENGINES), metavar="{" + ",".join(ENGINES) + "}")
     show.add_argument("--worker-pool", default="", help="host:port of an SDK worker pool (EXTERNAL)")
     sub.add_parser("status", help="which parts are in the cache and where they came from")
     args = parser.parse_args(argv)
@@ -476,7 +477,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if args.command == "fetch":
             for part in args.parts:
                 if part not in PARTS:
-                    parser.error(f"unknown part {part!r}: one of {', '.join(PARTS)}")
+                    parser.error(f"unknown part {part!r}{did_you_mean(part, PARTS)}: one of {', '.join(PARTS)}")
                 path = fetch(part, force=args.force)
                 sys.stdout.write(f"{part}: {path} ({(path.parent / 'SOURCE').read_text().strip()})\n")
         elif args.command == "args":

@@ -25,6 +25,7 @@ from typing import Optional, Sequence, TextIO
 
 from pipelines import interrupts
 from pipelines.config import ConfigError, JobConfig, load_config
+from pipelines.config_errors import choice_of
 from pipelines.engines import (ENGINES, POOL_FROM_BYTES, SDK_WORKER_CHOICES, EngineMissing, WorkerPool,
                                available_memory_bytes, engine_args, local_memory_refusal, sdk_workers_for)
 from pipelines.job import JobInterrupted, StageFailed, StageReport, run_job
@@ -60,14 +61,15 @@ def parse_args(argv: Optional[Sequence[str]]) -> tuple[argparse.Namespace, list[
                         help="take the output's lease even from a live run (its owner is logged; that run "
                              "stops at its next stage boundary): for a run you know is gone whose lease "
                              "has not expired yet")
-    parser.add_argument("--engine", choices=list(ENGINES),
+    parser.add_argument("--engine", type=choice_of("engine", ENGINES), metavar="{" + ",".join(ENGINES) + "}",
                         help="run on this engine: " + "; ".join(f"{e.name}: {e.description}"
                                                                 for e in ENGINES.values())
                         + " (its Beam options come before yours, so yours win)")
     parser.add_argument("--no-memory-check", action="store_true",
                         help="with --engine direct or direct-mp: run even when the input looks too large "
                              "for this machine's free memory (FnApiRunner keeps shuffles in memory)")
-    parser.add_argument("--sdk-workers", choices=SDK_WORKER_CHOICES, default="auto",
+    parser.add_argument("--sdk-workers", type=choice_of("--sdk-workers value", SDK_WORKER_CHOICES), default="auto",
+                        metavar="{" + ",".join(SDK_WORKER_CHOICES) + "}",
                         help="with --engine flink or spark: where the Python SDK workers run. loopback: "
                              "in this process; pool: in processes of a worker pool this command starts "
                              "on 127.0.0.1 and stops at the end, each job's workers exiting with the job "

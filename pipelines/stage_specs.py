@@ -14,6 +14,7 @@ import importlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
+from pipelines.config_errors import did_you_mean
 from pipelines.manifest import read_manifest
 
 if TYPE_CHECKING:
@@ -112,7 +113,7 @@ def spec_of(name: str) -> StageSpec:
     for spec in STAGE_SPECS:
         if spec.name == name:
             return spec
-    raise KeyError(f"unknown stage {name!r}; known: {list(known_stages())}")
+    raise KeyError(f"unknown stage {name!r}{did_you_mean(name, known_stages())}; known: {list(known_stages())}")
 
 
 def default_stages(config: JobConfig) -> tuple[str, ...]:
@@ -125,7 +126,8 @@ def check_stages(config: JobConfig) -> None:
     known = known_stages()
     unknown = [s for s in config.stages if s not in known]
     if unknown:
-        raise ValueError(f"unknown stages {unknown}; known: {list(known)}")
+        hints = "".join(did_you_mean(s, known) for s in unknown[:1])
+        raise ValueError(f"unknown stages {unknown}{hints}; known: {list(known)}")
     by_section: dict[str, list[str]] = {}
     for spec in STAGE_SPECS:
         by_section.setdefault(spec.section, []).append(spec.name)

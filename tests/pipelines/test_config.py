@@ -38,13 +38,15 @@ def test_good_config_loads(tmp_path):
 
 @pytest.mark.parametrize("extra,key,message", [
     ("colour: blue\n", "colour", "unknown key"),
-    ("extract:\n  methd: trafilatura\n", "extract.methd", "unknown key"),
+    ("extract:\n  methd: trafilatura\n", "extract.methd", "unknown key (did you mean 'method'?)"),
+    ("extract:\n  colour: blue\n", "extract.colour", "unknown key (allowed in extract:"),  # nothing close
     ("extract:\n  timeout_s: fast\n", "extract.timeout_s", "expected a number"),
     ("extract:\n  min_chars: 1.5\n", "extract.min_chars", "expected an integer"),
     ("extract:\n  min_chars: true\n", "extract.min_chars", "expected an integer"),
     ("extract:\n  method: magic\n", "extract", "method must be one of"),
     ("extract: [1, 2]\n", "extract", "expected a mapping"),
     ("stages: [extract, dedupe]\n", "top level", "unknown stages"),
+    ("stages: [extract, cleen]\n", "top level", "unknown stages ['cleen'] (did you mean 'clean'?)"),
     ("stages: extract\n", "stages", "expected a list"),
     ("crawl:\n  min_delay_s: 1\n", "crawl", "needs seeds or seeds_file"),
     ("crawl:\n  seeds: [http://x]\n  max_depth: -1\n", "crawl", "max_depth must be >= 0"),
@@ -642,3 +644,13 @@ def test_remote_inputs_are_checked_too(tmp_path, s3_env):  # noqa: F811
                                           r"s3://fields/dolma/docs-0000\.jsonl\.gz \(line 1\), whose fields are: "
                                           r"doc_id, content, meta"):
         load_config(fields_job(tmp_path, "s3://fields/dolma/*.jsonl.gz"))
+
+
+def test_did_you_mean_names_the_closest_only_when_close() -> None:
+    from pipelines.config_errors import did_you_mean
+
+    assert did_you_mean("treshold", ["threshold", "languages", "model"]) == " (did you mean 'threshold'?)"
+    assert did_you_mean("Threshold", ["threshold"]) == " (did you mean 'threshold'?)"  # case ignored
+    assert did_you_mean("colour", ["threshold", "languages"]) == ""
+    assert did_you_mean(1, ["threshold"]) == ""  # a YAML key that is not a string
+    assert did_you_mean("max_word", ["max_words", "min_words"]) == " (did you mean 'max_words'?)"  # the closest

@@ -567,7 +567,14 @@ def test_help_lists_every_stage_in_order_with_its_section_and_unknown_engines_ar
     assert [s.name for s in specs][:3] == ["crawl", "extract", "clean"]
     with pytest.raises(SystemExit) as refused:
         run.parse_args(["--config", "c.yaml", "--engine", "dataflow-typo"])
-    assert refused.value.code == 2 and "invalid choice: 'dataflow-typo'" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert refused.value.code == 2 and "unknown engine 'dataflow-typo'; one of: direct, direct-mp" in err
+    with pytest.raises(SystemExit) as refused:
+        run.parse_args(["--config", "c.yaml", "--engine", "sprak"])
+    assert refused.value.code == 2 and "unknown engine 'sprak' (did you mean 'spark'?)" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as refused:
+        run.parse_args(["--config", "c.yaml", "--sdk-workers", "pol"])
+    assert refused.value.code == 2 and "(did you mean 'pool'?)" in capsys.readouterr().err
 
 
 def test_run_job_hands_force_and_the_progress_flag_to_every_stage(tmp_path, monkeypatch):
