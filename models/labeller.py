@@ -26,6 +26,7 @@ import json
 import logging
 import math
 import os
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Optional, Sequence
@@ -239,16 +240,43 @@ def _fit(texts: Sequence[str], labels: Sequence[str], params: TrainParams) -> ob
 MIN_CALIBRATION_EXAMPLES = 30
 
 
-def _check_calibratable(name: str, examples: int, held: int, params: TrainParams, allow: bool) -> None:
-    """``ValueError`` naming the set and the counts when fewer than
-    ``MIN_CALIBRATION_EXAMPLES`` are held out, unless ``allow`` (then a warning)."""
-    if held >= MIN_CALIBRATION_EXAMPLES:
+def examples_for_holdout(held_needed: int, fraction: float, confidence: float = 0.95) -> int:
+    """The fewest new examples that put at least ``held_needed`` in the hash-chosen
+    held-out ``fraction`` with probability ``confidence`` (each example is held out
+    independently: a binomial count). 0 when none are needed; -1 when no number can
+    (``fraction`` 0)."""
+    if held_needed <= 0:
+        return 0
+    if fraction <= 0.0:
+        return -1
+    if fraction >= 1.0:
+        return held_needed
+    m = held_needed
+    while True:  # P(Binomial(m, fraction) >= held_needed), grown until it reaches confidence
+        below = sum(math.comb(m, k) * fraction**k * (1 - fraction) ** (m - k) for k in range(held_needed))
+        if 1.0 - below >= confidence:
+            return m
+        m += 1
+
+
+def _check_calibratable(name: str, pairs: Sequence[tuple[str, str]], held: Sequence[tuple[str, str]],
+                        params: TrainParams, allow: bool) -> None:
+    """``ValueError`` naming the set, the counts per label and how many more examples are
+    needed when fewer than ``MIN_CALIBRATION_EXAMPLES`` are held out, unless ``allow``
+    (then a warning)."""
+    if len(held) >= MIN_CALIBRATION_EXAMPLES:
         return
-    needed = math.ceil(MIN_CALIBRATION_EXAMPLES / params.holdout_fraction) if params.holdout_fraction else 0
-    message = (f"label set {name!r}: {examples} examples put {held} in the hash-chosen "
+    more = examples_for_holdout(MIN_CALIBRATION_EXAMPLES - len(held), params.holdout_fraction)
+    total, held_by = Counter(lab for _, lab in pairs), Counter(lab for _, lab in held)
+    by_label = ", ".join(f"{lab} {n} ({held_by[lab]} held out)" for lab, n in sorted(total.items()))
+    per_label = math.ceil(more / len(total)) if total else more
+    message = (f"label set {name!r}: {len(pairs)} examples put {len(held)} in the hash-chosen "
                f"{params.holdout_fraction:.0%} held out to calibrate the confidences; at least "
-               f"{MIN_CALIBRATION_EXAMPLES} are needed"
-               + (f" (about {needed} examples)" if needed else "")
+               f"{MIN_CALIBRATION_EXAMPLES} are needed (by label: {by_label}). "
+               + (f"Add about {more} more labelled examples (about {per_label} of each label): that many "
+                  f"put the missing {MIN_CALIBRATION_EXAMPLES - len(held)} in the held-out "
+                  f"{params.holdout_fraction:.0%} with 95% odds"
+                  if more > 0 else "No number of examples can: holdout_fraction is 0")
                + ". Uncalibrated, the model's confidences are fastText's raw ones (under-confident on "
                  "small sets): nearly every document would fall below accept_threshold and go to review")
     if not allow:
@@ -277,7 +305,7 @@ def train_labeller(texts: Sequence[str], labels: Sequence[str], name: str, value
                          f"got {sorted({lab for _, lab in pairs})}")
     held = [p for p in pairs if is_holdout(p[0], p[1], params.holdout_fraction, params.seed)]
     train = [p for p in pairs if not is_holdout(p[0], p[1], params.holdout_fraction, params.seed)]
-    _check_calibratable(name, len(pairs), len(held), params, allow_uncalibrated)
+    _check_calibratable(name, pairs, held, params, allow_uncalibrated)
     temperature, before, after = 1.0, None, None
     if len(held) >= MIN_CALIBRATION_EXAMPLES and len({lab for _, lab in train}) >= 2:
         model = _fit([t for t, _ in train], [lab for _, lab in train], params)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from models.files import ModelError
-from models.labeller import (CURRENT, MIN_CALIBRATION_EXAMPLES, Labeller, TrainParams, apply_temperature, auto_accept,
+from models.labeller import (CURRENT, MIN_CALIBRATION_EXAMPLES, examples_for_holdout, is_holdout, Labeller, TrainParams, apply_temperature, auto_accept,
                              fit_temperature, reliability, train_labeller)
 from pipelines.labeller import read_examples
 from tests.labelmodels import LANGS, PARAMS, label_data, sentences  # noqa: F401  (fixture)
@@ -120,14 +120,32 @@ def test_hostile_texts(label_data):
 
 
 def test_too_few_examples_to_calibrate_refuse_or_warn_when_allowed(caplog):
-    """Fewer than MIN_CALIBRATION_EXAMPLES held out: refused, naming the set and the counts;
+    """Fewer than MIN_CALIBRATION_EXAMPLES held out: refused, naming the set, the counts by label
+    and how many more examples to add;
     allowed explicitly, the model keeps temperature 1 and a warning says it is uncalibrated."""
     texts = [s for lang in LANGS for s in sentences(lang)[:25]]  # 100 examples, ~20 held out
     labels = [lang for lang in LANGS for _ in range(25)]
     with pytest.raises(ValueError, match=r"label set 'language': 100 examples put \d+ in the hash-chosen 20% "
-                                         r"held out .* at least 30 are needed \(about 150 examples\)"):
+                                         r"held out .* at least 30 are needed \(by label: ") as refused:
         train_labeller(texts, labels, "language", LANGS, None, PARAMS)
+    held = sum(is_holdout(t, lab, 0.2, PARAMS.seed) for t, lab in zip(texts, labels))
+    more = examples_for_holdout(30 - held, 0.2)
+    message = str(refused.value)
+    assert f"Add about {more} more labelled examples (about {-(-more // len(LANGS))} of each label)" in message
+    for lang in LANGS:
+        n_held = sum(is_holdout(t, lang, 0.2, PARAMS.seed) for t in sentences(lang)[:25])
+        assert f"{lang} 25 ({n_held} held out)" in message
     with caplog.at_level("WARNING", logger="models.labeller"):
         _, meta = train_labeller(texts, labels, "language", LANGS, None, PARAMS, allow_uncalibrated=True)
     assert meta["holdout_examples"] < MIN_CALIBRATION_EXAMPLES and meta["temperature"] == 1.0
     assert meta["reliability_calibrated"] is None and "UNCALIBRATED" in caplog.text
+
+
+def test_examples_for_holdout_is_the_binomial_quantile():
+    """The fewest examples whose held-out count reaches the need with 95% odds: 193 for
+    30 at 20% (the expectation alone, 150, falls short about half the time)."""
+    assert examples_for_holdout(30, 0.2) == 193
+    assert examples_for_holdout(1, 0.2) == 14  # 1 - 0.8^14 = 0.956; 0.8^13 leaves 0.945
+    assert examples_for_holdout(0, 0.2) == 0 and examples_for_holdout(-3, 0.2) == 0
+    assert examples_for_holdout(5, 0.0) == -1
+    assert examples_for_holdout(30, 0.2, confidence=0.5) == 149  # about the mean
