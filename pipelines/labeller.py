@@ -9,9 +9,8 @@ Commands (the labelled examples are JSONL ``{"text": ..., "label": ...}`` or
         [--target-precision 0.95]
 
 Both refuse when too few examples are held out to calibrate the model's confidences
-(``models.labeller.MIN_CALIBRATION_EXAMPLES``: about 200 examples, the message says how many
-more): an uncalibrated
-model sends nearly every document to review. ``--allow-uncalibrated`` trains it anyway
+(``models.labeller.MIN_CALIBRATION_EXAMPLES``: about 200 examples, the message says how
+many more): an uncalibrated model sends nearly every document to review. ``--allow-uncalibrated`` trains it anyway
 (a cold-start seed model whose first review round brings the labels to calibrate).
 
 ``retrain`` adds every accepted human review (``review/reviews/``) to the seed set and
