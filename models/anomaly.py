@@ -344,9 +344,10 @@ def train_detector(reference: Sequence[str], reference_langs: Sequence[str], ref
     lm = train_lm([t for t, h in zip(reference, held) if not h], params.lm, seed)
     ref_out = lm.score(reference)
     hidden_names = [f"lm_hidden_{j}" for j in range(ref_out.shape[1] - _HIDDEN)]
-    representation = train_autoencoder(ref_out[~held, _HIDDEN:], hidden_names, params.representation, seed)
+    representation = train_autoencoder(ref_out[~held, _HIDDEN:], hidden_names, params.representation, seed,
+                                       desc="representation autoencoder")
     signals = train_autoencoder(np.concatenate([reference_features, corpus_features[kept]]), feature_names,
-                                params.signals, seed)
+                                params.signals, seed, desc="signals autoencoder")
     held_langs = [lang for lang, h in zip(reference_langs, held) if h]
     languages = {
         "perplexity": LanguageCentres.fit(ref_out[held, 0].astype(np.float64), held_langs, params.language_prior),

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from models.files import ModelError
+from models.progress import Steps
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -102,7 +103,8 @@ class Autoencoder:
 
 
 def train_autoencoder(x: np.ndarray, feature_names: Sequence[str],
-                      params: AutoencoderParams = AutoencoderParams(), seed: int = 0) -> Autoencoder:
+                      params: AutoencoderParams = AutoencoderParams(), seed: int = 0,
+                      desc: str = "autoencoder") -> Autoencoder:
     """Trains on ``x`` (rows = documents, columns = ``feature_names``)."""
     x = np.asarray(x, dtype=np.float32)
     if x.ndim != 2 or x.shape[1] != len(feature_names) or len(x) < 10:
@@ -119,6 +121,7 @@ def train_autoencoder(x: np.ndarray, feature_names: Sequence[str],
     generator = torch.Generator().manual_seed(seed)
     model.net.train()
     done = 0
+    bar = Steps(params.steps, desc)
     while done < params.steps:
         order = torch.randperm(len(z), generator=generator)
         for start in range(0, len(z), params.batch_size):
@@ -132,5 +135,7 @@ def train_autoencoder(x: np.ndarray, feature_names: Sequence[str],
             optimiser.zero_grad()
             loss.backward()
             optimiser.step()
+            bar.update(loss=float(loss.detach()))
+    bar.close()
     model.net.eval()
     return model

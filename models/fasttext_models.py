@@ -15,6 +15,7 @@ import logging
 import os
 import random
 import re
+import sys
 import tempfile
 from dataclasses import dataclass
 from typing import Iterable, Sequence
@@ -22,6 +23,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from models.files import ModelError, local_copy, sha256_file
+from models.progress import Working
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -206,13 +208,17 @@ class TextClassifier:
 
 def fit_supervised(rows: list[str], seed: int, **params: object) -> object:
     """A fastText supervised model from ``__label__X text`` rows (shuffled with ``seed``,
-    written to a temporary file, one thread so the result is reproducible)."""
+    written to a temporary file, one thread so the result is reproducible). Progress: fastText's
+    own line on a terminal, else the elapsed time every few seconds."""
     rows = list(rows)
     random.Random(seed).shuffle(rows)
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False, encoding="utf-8") as fh:
         fh.write("\n".join(rows) + "\n")
     try:
-        return load_fasttext().train_supervised(input=fh.name, seed=seed, thread=1, verbose=0, **params)
+        if sys.stderr.isatty():  # fastText's own progress line: rate, loss and ETA
+            return load_fasttext().train_supervised(input=fh.name, seed=seed, thread=1, verbose=2, **params)
+        with Working(f"fastText training on {len(rows):,} examples"):
+            return load_fasttext().train_supervised(input=fh.name, seed=seed, thread=1, verbose=0, **params)
     finally:
         os.unlink(fh.name)
 

@@ -41,6 +41,7 @@ import torch
 from torch import nn
 
 from models.files import ModelError
+from models.progress import Steps, Working
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -268,7 +269,8 @@ def train_lm(texts: Sequence[str], params: LMParams = LMParams(), seed: int = 0)
     texts = [t for t in texts if t.strip()]
     if len(texts) < 10:
         raise ValueError(f"need at least 10 reference texts, got {len(texts)}")
-    proto = train_tokenizer(texts, params.vocab_size, seed)
+    with Working(f"language model tokenizer ({params.vocab_size} pieces)"):
+        proto = train_tokenizer(texts, params.vocab_size, seed)
     tokenizer = load_tokenizer(proto, "trained tokenizer")
     torch.manual_seed(seed)
     lm = TextLM(tokenizer=tokenizer, tokenizer_proto=proto, net=build_net(params, tokenizer), params=params)
@@ -279,6 +281,7 @@ def train_lm(texts: Sequence[str], params: LMParams = LMParams(), seed: int = 0)
     schedule = torch.optim.lr_scheduler.OneCycleLR(optimiser, params.lr, total_steps=params.steps,
                                                    pct_start=0.1)
     lm.net.train()
+    bar = Steps(params.steps, "language model")
     for step in range(params.steps):
         rows = _windows(docs, params, rng)
         ids = torch.full((len(rows), 1 + params.max_tokens), lm.net.pad_id, dtype=torch.long)
@@ -291,9 +294,11 @@ def train_lm(texts: Sequence[str], params: LMParams = LMParams(), seed: int = 0)
         loss.backward()
         optimiser.step()
         schedule.step()
-        if step % 500 == 0 or step == params.steps - 1:
+        bar.update(loss=float(loss.detach()))  # nats per token
+        if step == params.steps - 1:
             _LOGGER.info("language model step %d/%d: %.3f nats per token", step + 1, params.steps,
                          float(loss.detach()))
+    bar.close()
     lm.net.eval()
     return lm
 

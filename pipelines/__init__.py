@@ -4,7 +4,11 @@ Importing the package imports Beam without its notices about optional Google Clo
 clients ("apitools not found", ...), which concern no command here (pipelines/cli.py).
 """
 
-from pipelines.cli import import_beam_quietly as _import_beam_quietly
+import time as _time
+
+STARTED_MONOTONIC = _time.monotonic()  # the run's total wall time counts from here (pipelines.run)
+
+from pipelines.cli import import_beam_quietly as _import_beam_quietly  # noqa: E402
 
 _import_beam_quietly()
 

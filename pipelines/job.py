@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import time
 from dataclasses import dataclass
 from typing import Optional, Sequence
@@ -53,6 +54,13 @@ class StageReport:
     seconds: float
     outputs: tuple[str, ...]
     counters: tuple[tuple[str, int], ...] = ()  # other counters: pii_*, skipped_*, ...
+    cpu_seconds: float = 0.0  # this process's CPU and that of the children it waited for
+
+
+def process_cpu_seconds() -> float:
+    """User + system CPU of this process and of the child processes it has waited for."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
 
 
 def pipeline_options(config: JobConfig, cli_args: Sequence[str]) -> PipelineOptions:
@@ -131,7 +139,7 @@ def run_stage(config: JobConfig, plan: StagePlan, options: PipelineOptions, forc
                            tuple(previous.extra.get("counters", {}).items()))
     spec = spec_of(plan.name)
     clear_outputs(config.output, spec)
-    started, t0 = now_iso(), time.perf_counter()
+    started, t0, cpu0 = now_iso(), time.perf_counter(), process_cpu_seconds()
     _LOGGER.info("stage %s: running on %d inputs", plan.name, len(plan.inputs))
     line = (ProgressLine(plan.name, plan.input_bytes) if show_progress and spec.runs_beam
             else contextlib.nullcontext())
@@ -145,18 +153,18 @@ def run_stage(config: JobConfig, plan: StagePlan, options: PipelineOptions, forc
     counts, outputs = collect_counts(config.output, plan, totals)
     other = {k: v for k, v in sorted((totals or {}).items())
              if k not in ("records_in", "records_out") and not k.startswith(("rejected_", "failed_"))}
-    seconds = time.perf_counter() - t0
+    seconds, cpu = time.perf_counter() - t0, process_cpu_seconds() - cpu0
     if not counts.reconciles:
         _LOGGER.error("stage %s does not reconcile: in=%d out=%d rejected=%d failed=%d", plan.name,
                       counts.records_in, counts.out, counts.rejected, counts.failed)
-    report = StageReport(plan.name, counts, False, seconds, tuple(outputs), tuple(other.items()))
+    report = StageReport(plan.name, counts, False, seconds, tuple(outputs), tuple(other.items()), cpu)
     check_error_ratio(config, report)  # no manifest: the stage reruns after a fix
     write_manifest(config.output, Manifest(
         stage=plan.name, config_hash=plan.config_hash, inputs_fingerprint=plan.fingerprint,
         code_version=version, counts=counts, inputs=list(plan.inputs), outputs=outputs,
         started_at=started, finished_at=now_iso(),
         runner=str(options.view_as(StandardOptions).runner),
-        extra={"seconds": round(seconds, 3), "counters": other, "graph": graph_cost().as_dict(),
+        extra={"seconds": round(seconds, 3), "cpu_seconds": round(cpu, 3), "counters": other, "graph": graph_cost().as_dict(),
                **(plan.info() if plan.info else {})},
     ))
     _LOGGER.info("stage %s: done in %.1fs (in=%d out=%d rejected=%d failed=%d)", plan.name, seconds,

@@ -85,6 +85,26 @@ def _seconds(manifest: Any) -> Optional[float]:
     return spent if spent > 0 else None
 
 
+def _cpu_seconds(manifest: Any) -> Optional[float]:
+    """The stage's recorded CPU seconds (manifests before 2026-12-07 have none)."""
+    cpu = manifest.extra.get("cpu_seconds") if isinstance(manifest.extra, dict) else None
+    return float(cpu) if isinstance(cpu, (int, float)) and cpu >= 0 else None
+
+
+def run_time(stages: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The stages' summed wall and CPU seconds (the runs that wrote the manifests) and the
+    span from the first start to the last finish."""
+    walls = [s["seconds"] for s in stages if s.get("seconds")]
+    cpus = [s["cpu_seconds"] for s in stages if s.get("cpu_seconds") is not None]
+    started = sorted(s["started_at"] for s in stages if s.get("started_at"))
+    finished = sorted(s["finished_at"] for s in stages if s.get("finished_at"))
+    return {"stages_wall_s": round(sum(walls), 3) if walls else None,
+            "stages_cpu_s": round(sum(cpus), 3) if cpus else None,
+            "cpu_stages": len(cpus), "stages": len(stages),
+            "first_started_at": started[0] if started else None,
+            "last_finished_at": finished[-1] if finished else None}
+
+
 def collect_funnel(output: str) -> list[dict[str, Any]]:
     """One row per stage manifest: counts, reasons, errors, seconds and docs/s."""
     rows = []
@@ -99,6 +119,7 @@ def collect_funnel(output: str) -> list[dict[str, Any]]:
             "failed": c.failed, "reconciles": c.reconciles,
             "rejected_by_reason": dict(c.rejected_by_reason), "failed_by_error": dict(c.failed_by_error),
             "seconds": seconds, "docs_per_s": (c.records_in / seconds) if seconds else None,
+            "cpu_seconds": _cpu_seconds(manifest),
             "started_at": manifest.started_at, "finished_at": manifest.finished_at,
             "runner": manifest.runner, "code_version": manifest.code_version,
             "counters": counters if isinstance(counters, dict) else {},
@@ -259,6 +280,7 @@ def build_report(output: str, config: Any = None) -> dict[str, Any]:
         "generated_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "config": getattr(config, "source_file", "") or None,
         "stages": stages,
+        "run_time": run_time(stages),
         "thresholds": config_thresholds(config),
         "clean": collect_clean(output) if "clean" in names else None,
         "anomaly": collect_anomaly(output) if "clean" in names else None,

@@ -195,6 +195,29 @@ def funnel_section(stages: Sequence[dict[str, Any]]) -> str:
     return f"<figure>{chart}{legend(series)}</figure>{table}"
 
 
+def clock(seconds: float) -> str:
+    """``42.3 s`` under a minute, ``3 min 05 s`` / ``1 h 02 min`` above."""
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    whole = int(round(seconds))
+    hours, rest = divmod(whole, 3600)
+    return f"{hours} h {rest // 60:02d} min" if hours else f"{rest // 60} min {rest % 60:02d} s"
+
+
+def run_time_line(run: Optional[dict[str, Any]]) -> str:
+    """The stages' total wall and CPU time, first thing under the contents."""
+    if not run or run.get("stages_wall_s") is None:
+        return '<p class="runtime">No stage recorded its duration.</p>'
+    cpu = run.get("stages_cpu_s")
+    cpu_text = (f", <b>{clock(cpu)}</b> CPU" + (f" ({run['cpu_stages']} of {run['stages']} stages recorded it)"
+                                                  if run["cpu_stages"] < run["stages"] else "")
+                if cpu is not None else "; CPU not recorded (older manifests)")
+    span = (f"; first stage started {esc(run['first_started_at'])}, last finished {esc(run['last_finished_at'])}"
+            if run.get("first_started_at") and run.get("last_finished_at") else "")
+    return (f'<p class="runtime">Run time: <b>{clock(run["stages_wall_s"])}</b> wall{cpu_text}, summed over the '
+            f'{run["stages"]} stages as last run (a resumed stage counts the run that wrote it){span}.</p>')
+
+
 def throughput_section(stages: Sequence[dict[str, Any]]) -> str:
     timed = [s for s in stages if s["docs_per_s"]]
     if not timed:
@@ -202,7 +225,9 @@ def throughput_section(stages: Sequence[dict[str, Any]]) -> str:
     series = [("documents/s", PALETTE[0], [s["docs_per_s"] for s in timed])]
     chart = bar_chart("throughput", "Throughput per stage (documents in / wall-clock seconds)",
                       "stage", "documents per second", [s["stage"] for s in timed], series)
-    note = "; ".join(f"{esc(s['stage'])}: {s['in']:,} in {fmt(s['seconds'])} s" for s in timed)
+    note = "; ".join(f"{esc(s['stage'])}: {s['in']:,} in {fmt(s['seconds'])} s"
+                     + (f" ({fmt(s['cpu_seconds'])} CPU s)" if s.get("cpu_seconds") is not None else "")
+                     for s in timed)
     return f"<figure>{chart}<figcaption>{note}</figcaption></figure>"
 
 
@@ -304,6 +329,9 @@ svg .axis{stroke:#444;fill:none}figcaption{font-size:12px;color:#555}
 .grid{display:flex;flex-wrap:wrap;gap:8px}.grid figure{width:440px}
 table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ddd;padding:3px 6px;text-align:right}
 td:first-child,td:nth-child(n+6){text-align:left}.ok{color:#2a7a2a}.bad{color:#b00;font-weight:600}
+nav.toc{position:sticky;top:0;background:#fafafa;border:1px solid #ddd;padding:4px 10px;font-size:13px;z-index:1}
+nav.toc ol{display:inline;margin:0;padding:0}nav.toc li{display:inline;margin-left:14px}
+h2{scroll-margin-top:40px}.runtime{font-size:15px}
 """
 
 
@@ -345,20 +373,25 @@ def anomaly_html(anomaly: Optional[dict[str, Any]], thresholds: dict[str, Any]) 
 def render_html(report: dict[str, Any]) -> str:
     """The whole page for a ``build_report`` result."""
     th, clean = report["thresholds"], report.get("clean")
-    parts = [f"<h2>Funnel</h2>{funnel_section(report['stages'])}",
-             f"<h2>Throughput</h2>{throughput_section(report['stages'])}"]
+    sections = [("funnel", "Funnel", funnel_section(report["stages"])),
+                ("throughput", "Throughput", throughput_section(report["stages"]))]
     if clean is not None:
-        parts += [f"<h2>Languages</h2>{languages_section(clean, th)}",
-                  f"<h2>Quality signals</h2>{signals_section(clean, th)}",
-                  f"<h2>Anomaly detector</h2>{anomaly_html(report.get('anomaly'), th)}"]
+        sections += [("languages", "Languages", languages_section(clean, th)),
+                     ("signals", "Quality signals", signals_section(clean, th)),
+                     ("anomaly", "Anomaly detector", anomaly_html(report.get("anomaly"), th))]
     if report.get("dedup_components"):
-        parts.append(f"<h2>Near-duplicate components</h2>{components_section(report['dedup_components'])}")
+        sections.append(("components", "Near-duplicate components", components_section(report["dedup_components"])))
     if report.get("labels"):
-        parts.append(f"<h2>Labels</h2>{labels_section(report['labels'])}")
+        sections.append(("labels", "Labels", labels_section(report["labels"])))
     if report.get("augment"):
-        parts.append(f"<h2>Augmentation</h2>{augment_html(report['augment'])}")
+        sections.append(("augment", "Augmentation", augment_html(report["augment"])))
     if report.get("tokens"):
-        parts.append(f"<h2>Tokens per shard</h2>{tokens_section(report['tokens'])}")
+        sections.append(("tokens", "Tokens per shard", tokens_section(report["tokens"])))
+    toc = ('<nav class="toc" aria-label="contents"><b>Contents</b><ol>'
+           + "".join(f'<li><a href="#s-{key}">{esc(title)}</a></li>' for key, title, _ in sections)
+           + "</ol></nav>")
+    parts = [toc, run_time_line(report.get("run_time"))]
+    parts += [f'<h2 id="s-{key}">{esc(title)}</h2>{body}' for key, title, body in sections]
     config = f", config {esc(report['config'])}" if report.get("config") else ", no config (no thresholds)"
     return ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<link rel=\"icon\" href=\"data:,\"><title>tokenfactory run report</title>"

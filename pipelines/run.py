@@ -20,15 +20,17 @@ import shlex
 import signal
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Optional, Sequence, TextIO
 
+import pipelines
 from pipelines import interrupts
 from pipelines.config import ConfigError, JobConfig, load_config
 from pipelines.config_errors import choice_of
 from pipelines.engines import (ENGINES, POOL_FROM_BYTES, SDK_WORKER_CHOICES, EngineMissing, WorkerPool,
                                available_memory_bytes, engine_args, local_memory_refusal, sdk_workers_for)
-from pipelines.job import JobInterrupted, StageFailed, StageReport, run_job
+from pipelines.job import JobInterrupted, StageFailed, StageReport, process_cpu_seconds, run_job
 from pipelines.lease import LeaseHeld
 from pipelines.manifest import read_manifest
 from pipelines.memory import cap_malloc_arenas, worker_environment
@@ -84,28 +86,49 @@ def parse_args(argv: Optional[Sequence[str]]) -> tuple[argparse.Namespace, list[
     return parser.parse_known_args(argv)
 
 
-def format_table(reports: Sequence[StageReport]) -> str:
-    """The per-stage count table printed at the end of a run."""
-    header = f"{'stage':<10} {'in':>9} {'out':>9} {'rejected':>9} {'failed':>9}  {'check':<11} status"
+def format_table(reports: Sequence[StageReport], total: Optional[tuple[float, float]] = None) -> str:
+    """The per-stage count table printed at the end of a run; ``total`` = (wall, CPU)
+    seconds of the whole run, its last line."""
+    width = max([10] + [len(r.stage) for r in reports])  # dedup_minhash is 13
+    header = f"{'stage':<{width}} {'in':>9} {'out':>9} {'rejected':>9} {'failed':>9}  {'check':<11} status"
     lines = [header, "-" * len(header)]
     for r in reports:
         c = r.counts
         check = "in=out+r+f" if c.reconciles else "MISMATCH"
-        status = "resumed (manifest matched)" if r.skipped else f"ran in {r.seconds:.1f}s"
-        lines.append(f"{r.stage:<10} {c.records_in:>9} {c.out:>9} {c.rejected:>9} {c.failed:>9}  "
+        status = ("resumed (manifest matched)" if r.skipped
+                  else f"ran in {r.seconds:.1f}s" + (f", CPU {r.cpu_seconds:.1f}s" if r.cpu_seconds else ""))
+        lines.append(f"{r.stage:<{width}} {c.records_in:>9} {c.out:>9} {c.rejected:>9} {c.failed:>9}  "
                      f"{check:<11} {status}")
         reasons = ", ".join(f"{k}={v}" for k, v in c.rejected_by_reason.items())
         errors = ", ".join(f"{k}={v}" for k, v in c.failed_by_error.items())
         if reasons:
-            lines.append(f"{'':<10}   rejected: {reasons}")
+            lines.append(f"{'':<{width}}   rejected: {reasons}")
         if errors:
-            lines.append(f"{'':<10}   failed:   {errors}")
+            lines.append(f"{'':<{width}}   failed:   {errors}")
         noted = ", ".join(f"{k}={v}" for k, v in r.counters
                           if v and k.startswith(("pii_", "skipped_", "extracted_", "truncated_", "label_", "review_",
                                                 "missing_", "repeat_", "duplicate_id")))
         if noted:
-            lines.append(f"{'':<10}   noted:    {noted}")
+            lines.append(f"{'':<{width}}   noted:    {noted}")
+    if total is not None:
+        lines.append("-" * len(header))
+        lines.append(f"total: {_clock(total[0])} wall, {_clock(total[1])} CPU (this process since it started, "
+                     "with the SDK workers and job servers it waited for)")
     return "\n".join(lines)
+
+
+def run_totals() -> tuple[float, float]:
+    """(wall, CPU) seconds since this process imported ``pipelines``."""
+    return time.monotonic() - pipelines.STARTED_MONOTONIC, process_cpu_seconds()
+
+
+def _clock(seconds: float) -> str:
+    """``42.3s`` under a minute, ``3m05s`` / ``1h02m03s`` above."""
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    whole = int(round(seconds))
+    hours, rest = divmod(whole, 3600)
+    return (f"{hours}h{rest // 60:02d}m{rest % 60:02d}s" if hours else f"{rest // 60}m{rest % 60:02d}s")
 
 
 def format_locations(output: str, reports: Sequence[StageReport]) -> str:
@@ -280,7 +303,7 @@ def _run(args: argparse.Namespace, config: JobConfig, beam_args: list[str], out:
                          "resumes from there (after a fix, if the error needs one: an engine "
                          "whose worker died needs none)\n")
         return 1
-    out.write("\n" + format_table(reports) + "\n\n" + format_locations(config.output, reports) + "\n")
+    out.write("\n" + format_table(reports, run_totals()) + "\n\n" + format_locations(config.output, reports) + "\n")
     queue = review_queue_line(config.output, reports)
     if queue:
         out.write(queue + "\n")

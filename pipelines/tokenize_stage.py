@@ -45,6 +45,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from models.progress import Working
 from pipelines.beam_runs import counter_totals, run_pipeline
 from pipelines.manifest import read_manifest, read_text, write_text_atomic
 from pipelines.outputs import WriteParquet
@@ -80,12 +81,13 @@ def train_tokenizer(config: TokenizeConfig, texts: list[str], out_path: str) -> 
         raise ValueError("no documents to train the tokenizer on (empty corpus)")
     buffer = io.BytesIO()
     try:
-        spm.SentencePieceTrainer.train(
-            sentence_iterator=iter(t.replace("\n", " ") for t in texts), model_writer=buffer,
-            vocab_size=config.vocab_size, model_type=config.model_type,
-            character_coverage=config.character_coverage, byte_fallback=config.byte_fallback,
-            input_sentence_size=0, num_threads=2, minloglevel=2, hard_vocab_limit=False,
-            max_sentence_length=1 << 16)
+        with Working(f"tokenizer training ({config.vocab_size:,} pieces, {len(texts):,} documents)"):
+            spm.SentencePieceTrainer.train(
+                sentence_iterator=iter(t.replace("\n", " ") for t in texts), model_writer=buffer,
+                vocab_size=config.vocab_size, model_type=config.model_type,
+                character_coverage=config.character_coverage, byte_fallback=config.byte_fallback,
+                input_sentence_size=0, num_threads=2, minloglevel=2, hard_vocab_limit=False,
+                max_sentence_length=1 << 16)
     except RuntimeError as exc:
         needed = re.search(r"smaller than required_chars\. (\d+) vs (\d+)", str(exc))
         if needed:

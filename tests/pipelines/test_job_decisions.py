@@ -351,6 +351,25 @@ def report(stage: str, counts: StageCounts, skipped: bool = False, seconds: floa
     return job.StageReport(stage, counts, skipped, seconds, (), counters)
 
 
+def test_the_table_stays_aligned_with_long_stage_names_and_ends_with_the_totals():
+    table = run.format_table([report("extract", StageCounts(10, 6, 4, 0)),
+                              report("dedup_minhash", StageCounts(6, 5, 1, 0), seconds=2.0)],
+                             total=(75.5, 3725.0)).split("\n")
+    header = f"{'stage':<13} {'in':>9} {'out':>9} {'rejected':>9} {'failed':>9}  {'check':<11} status"
+    assert table[0] == header
+    assert table[2] == f"{'extract':<13} {10:>9} {6:>9} {4:>9} {0:>9}  {'in=out+r+f':<11} ran in 1.2s"
+    assert table[3] == f"dedup_minhash {6:>9} {5:>9} {1:>9} {0:>9}  {'in=out+r+f':<11} ran in 2.0s"
+    assert table[4] == "-" * len(header)
+    assert table[5].startswith("total: 1m16s wall, 1h02m05s CPU (this process since it started")
+    assert run.format_table([report("x", StageCounts(1, 1, 0, 0))]).split("\n")[0].startswith("stage      ")
+    cpu = run.format_table([job.StageReport("x", StageCounts(1, 1, 0, 0), False, 1.25, (), (), 3.5)])
+    assert cpu.split("\n")[2].endswith("ran in 1.2s, CPU 3.5s")
+    wall, cpu = run.run_totals()
+    assert wall > 0 and cpu > 0
+    assert [run._clock(s) for s in (0.04, 59.94, 60.0, 3599.4, 3600.0)] == [
+        "0.0s", "59.9s", "1m00s", "59m59s", "1h00m00s"]
+
+
 def test_the_table_shows_counts_checks_reasons_and_noted_counters():
     table = run.format_table([
         report("extract", StageCounts(10, 6, 3, 1, {"short": 2, "lang": 1}, {"ValueError": 1}),
@@ -452,11 +471,13 @@ def test_run_passes_its_flags_and_prints_the_table_the_locations_and_the_report(
     asked: list = []
     monkeypatch.setattr(run, "run_job", lambda cfg, beam_args, **kw: asked.append((cfg, beam_args, kw)) or [good])
     monkeypatch.setattr(run, "write_run_report", lambda cfg: f"report: {cfg.output}/report.html")
+    monkeypatch.setattr(run, "run_totals", lambda: (12.0, 7.0))
     out = io.StringIO()
     assert run._run(SimpleNamespace(force=True, no_progress=False, no_report=False, break_lease=True), config,
                     ["--x=1"], out) == 0
     assert asked == [(config, ["--x=1"], {"force": True, "show_progress": True, "break_lease": True})]
-    assert out.getvalue() == ("\n" + run.format_table([good]) + "\n\n" + run.format_locations(config.output, [good])
+    assert out.getvalue() == ("\n" + run.format_table([good], (12.0, 7.0)) + "\n\n"
+                              + run.format_locations(config.output, [good])
                               + "\n" + f"report: {config.output}/report.html\n")
     asked.clear()
     out = io.StringIO()

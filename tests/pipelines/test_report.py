@@ -14,7 +14,7 @@ import pytest
 from selenium.webdriver.common.by import By
 
 from models.anomaly import DETECTORS
-from pipelines import report
+from pipelines import report, report_html
 from pipelines.config import load_config
 from pipelines.manifest import Manifest, StageCounts, write_manifest
 from pipelines.report_html import render_html
@@ -99,6 +99,24 @@ def test_funnel_follows_manifests_in_stage_order(synthetic):
     assert extract["failed_by_error"] == {"bad_record": 1} and extract["reconciles"]
     assert extract["docs_per_s"] == pytest.approx(10 / 2.0)
     assert rows[1]["seconds"] == 4.0 and rows[1]["docs_per_s"] == pytest.approx(2.0)  # from timestamps
+
+
+def test_run_time_sums_the_stages_and_says_what_is_missing(synthetic, tmp_path):
+    data = report.build_report(str(synthetic))
+    run = data["run_time"]
+    # extract 2.0, clean from its timestamps (4.0), dedup 0.5, label 2.0, zz_custom 2.0; no CPU recorded
+    assert run["stages_wall_s"] == pytest.approx(10.5) and run["stages_cpu_s"] is None
+    assert (run["first_started_at"], run["last_finished_at"]) == ("2026-01-01T00:00:00Z", "2026-01-01T00:00:04Z")
+    assert "CPU not recorded (older manifests)" in render_html(data)
+    out = tmp_path / "timed"
+    for stage, cpu in (("extract", 90.0), ("clean", 3000.0)):
+        write_manifest(str(out), Manifest(stage=stage, config_hash="h", inputs_fingerprint="f", code_version="v",
+                                          counts=StageCounts(1, 1, 0, 0), inputs=[], outputs=[],
+                                          started_at="2026-01-01T00:00:00Z", finished_at="2026-01-01T01:00:00Z",
+                                          runner="FnApiRunner", extra={"seconds": 60.0, "cpu_seconds": cpu}))
+    html = render_html(report.build_report(str(out)))
+    assert "Run time: <b>2 min 00 s</b> wall, <b>51 min 30 s</b> CPU, summed over the 2 stages" in html
+    assert [report_html.clock(x) for x in (59.94, 60.0, 3725.0)] == ["59.9 s", "1 min 00 s", "1 h 02 min"]
 
 
 def test_histograms_count_every_document_without_reading_text(synthetic, monkeypatch):
@@ -329,6 +347,17 @@ def test_real_job_report_renders_in_chromium(real_job, chromium, synthetic):  # 
     thresholds = plots["signal-words"].find_elements(By.CSS_SELECTOR, "path.threshold")
     assert thresholds and thresholds[0].size["height"] > 0
     assert plots["anomaly"].find_elements(By.CSS_SELECTOR, "path.threshold")
+    # the contents: one link per section, each to a heading on the page, the run time under it
+    links = chromium.find_elements(By.CSS_SELECTOR, "nav.toc a")
+    titles = [h.text for h in chromium.find_elements(By.CSS_SELECTOR, "h2")]
+    assert [a.text for a in links] == titles and "Anomaly detector" in titles
+    for a in links:
+        assert chromium.find_elements(By.CSS_SELECTOR, "h2#" + a.get_attribute("href").split("#", 1)[1])
+    chromium.execute_script("window.scrollTo(0, 0)")
+    links[-1].click()
+    assert chromium.execute_script("return window.scrollY") > 1000  # the last section is far down
+    runtime = chromium.find_element(By.CSS_SELECTOR, "p.runtime").text
+    assert runtime.startswith("Run time: ") and " wall, " in runtime and " CPU" in runtime
     chromium.save_screenshot("/tmp/tokenfactory-report.png")
     # hostile strings in manifests, languages and shard names stay text
     report.write_report(str(synthetic))
