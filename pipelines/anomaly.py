@@ -13,15 +13,21 @@ autoencoder learns from those and the reference, and the calibration and thresho
 the corpus sample's documents that the rules keep are the reference too (a warning says
 so: the corpus's junk that passes the rules is then learned as normal). The detector is
 written as a new version under ``--out`` or ``clean.anomaly.model`` (``CURRENT`` last).
+When the current version was trained on the same corpus sample, reference, settings and
+code (``training.key`` in its meta.json), nothing is trained: it is reused (``--force``
+retrains).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
+import json
 import logging
+import os
 import sys
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
@@ -49,11 +55,44 @@ def _annotated(texts: Sequence[str], clean: object) -> tuple[list[str], np.ndarr
     return [d.lang for d in annotated], feature_matrix([d.signals for d in annotated]), kept
 
 
+def training_key(corpus: Sequence[str], reference: Sequence[str], params: Any, seed: int,
+                 clean_hash: str, code: str) -> str:
+    """What a trained detector depends on, hashed: the corpus sample and reference texts,
+    the training settings and seed, the clean section (language ID, rules, anomaly
+    settings) and the code version. The same key means the same model would be trained."""
+    digest = hashlib.sha256()
+    head = {"params": dataclasses.asdict(params), "seed": seed, "clean": clean_hash, "code": code,
+            "corpus": len(corpus), "reference": len(reference)}
+    digest.update(json.dumps(head, sort_keys=True, default=str).encode())
+    for text in list(corpus) + ["\x00reference\x00"] + list(reference):
+        digest.update(hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest())
+    return digest.hexdigest()
+
+
+def trained_version(model_dir: str, key: str) -> str:
+    """The ``CURRENT`` version of ``model_dir`` when it was trained with ``key`` (its
+    meta.json says so and its files are there), else ''."""
+    from models.files import CURRENT
+
+    try:
+        with open(os.path.join(model_dir, CURRENT), encoding="utf-8") as fh:
+            version = fh.read().strip()
+        with open(os.path.join(model_dir, version, "meta.json"), encoding="utf-8") as fh:
+            meta = json.load(fh)
+    except (OSError, ValueError):
+        return ""
+    training = meta.get("training") if isinstance(meta, dict) else None
+    files_there = all(os.path.exists(os.path.join(model_dir, version, name))
+                      for name in ("tokenizer.model", "lm.pt", "autoencoders.pt"))
+    return version if isinstance(training, dict) and training.get("key") == key and files_there else ""
+
+
 def _train_command(args: argparse.Namespace) -> int:
     from models.anomaly import DetectorParams, train_detector
     from models.autoencoder import AutoencoderParams
     from models.textlm import LMParams
     from pipelines.config import load_config_or_report
+    from pipelines.manifest import code_version
     from pipelines.corpus import reference_texts, sample_docs
     from transforms.clean.features import FEATURE_NAMES, FEATURE_SET
     from transforms.clean.pii import redact
@@ -73,9 +112,21 @@ def _train_command(args: argparse.Namespace) -> int:
     if len(corpus) < 10:
         sys.stderr.write(f"only {len(corpus)} documents in docs/{args.stage}: run that stage first\n")
         return 2
+    given_reference = [t for t in reference_texts(args.reference) if t.strip()] if args.reference else []
+    trim = clean.anomaly.contamination
+    params = DetectorParams(
+        lm=LMParams(steps=args.steps), signals=AutoencoderParams(trim=trim),
+        representation=AutoencoderParams(hidden=(32, 8), steps=600, trim=trim),
+        flag_rate=clean.anomaly.flag_rate)
+    key = training_key(corpus, given_reference, params, args.seed, config.section_hash("clean"), code_version())
+    reused = trained_version(out, key)
+    if reused and not args.force:
+        sys.stdout.write(f"anomaly detector unchanged: reusing {out}/{reused} (same corpus sample, reference, "
+                         f"settings and code; --force retrains)\n")
+        return 0
     corpus_langs, corpus_x, kept = _annotated(corpus, clean)
     if args.reference:
-        reference = [t for t in reference_texts(args.reference) if t.strip()]
+        reference = given_reference
         reference_langs, reference_x, _ = _annotated(reference, clean)
     else:
         _LOGGER.warning("no --reference: the language model learns the %d corpus documents the rules "
@@ -83,11 +134,6 @@ def _train_command(args: argparse.Namespace) -> int:
         reference = [t for t, k in zip(corpus, kept) if k]
         reference_langs = [g for g, k in zip(corpus_langs, kept) if k]
         reference_x = corpus_x[kept]
-    trim = clean.anomaly.contamination
-    params = DetectorParams(
-        lm=LMParams(steps=args.steps), signals=AutoencoderParams(trim=trim),
-        representation=AutoencoderParams(hidden=(32, 8), steps=600, trim=trim),
-        flag_rate=clean.anomaly.flag_rate)
     try:
         detector = train_detector(reference, reference_langs, reference_x, corpus, corpus_langs, corpus_x,
                                   FEATURE_NAMES, FEATURE_SET, params, args.seed, corpus_kept=kept)
@@ -96,7 +142,8 @@ def _train_command(args: argparse.Namespace) -> int:
         return 2
     detector.metadata["training"].update({
         "corpus_source": f"{config.output}/docs/{args.stage}",
-        "reference_source": list(args.reference) or "the corpus sample's documents that the rules keep"})
+        "reference_source": list(args.reference) or "the corpus sample's documents that the rules keep",
+        "key": key})
     path = detector.save(out)
     sys.stdout.write(f"trained on {len(reference)} reference documents and {len(corpus)} of docs/{args.stage} "
                      f"({int(kept.sum())} kept by the rules); threshold {detector.threshold:.3f} "
@@ -116,6 +163,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     train.add_argument("--steps", type=int, default=1500, help="language-model optimiser steps")
     train.add_argument("--seed", type=int, default=0)
     train.add_argument("--out", default=None, help="model directory (default: clean.anomaly.model)")
+    train.add_argument("--force", action="store_true",
+                       help="train even when the current model was trained on the same corpus sample, "
+                            "reference, settings and code (it is reused otherwise)")
     args = parser.parse_args(argv)
     setup_logging()
     return _train_command(args)

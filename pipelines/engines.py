@@ -41,9 +41,10 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines.config_errors import choice_of, did_you_mean
 from pipelines.job_servers import child_pids, shared_job_server  # noqa: F401 (shared_job_server: re-exported)
@@ -113,6 +114,18 @@ SPARK_MIN_PARTITIONS = 4
 SPARK_TUNING = ("--job_server_jvm_properties=-Dspark.serializer=org.apache.spark.serializer.KryoSerializer",
                 "--job_server_jvm_properties=--add-exports=java.base/sun.security.action=ALL-UNNAMED",
                 "--storage_level=MEMORY_AND_DISK")
+
+
+class SparkJavaOptions(PipelineOptions):
+    """Options of Beam's Java Spark runner that we pass, declared here so that Python's
+    option parser knows them: it warned "Unparseable argument: --storage_level=..." on
+    every Spark run. The value reaches the job server as before (known options are all
+    sent; the job server's own declaration of the same name is then skipped)."""
+
+    @classmethod
+    def _add_argparse_args(cls, parser: Any) -> None:
+        parser.add_argument("--storage_level", default=None,
+                            help="Spark runner: the storage level of cached RDDs (e.g. MEMORY_AND_DISK)")
 
 
 def spark_partitions(input_bytes: int) -> int:

@@ -159,7 +159,7 @@ def test_smoke_other_runners(tmp_path, runner_args):
     assert len(read_rows(f"{tmp_path}/out/failed/extract/*.parquet")) == 4
 
 
-def test_clean_stage_end_to_end_with_trained_models(tmp_path):
+def test_clean_stage_end_to_end_with_trained_models(tmp_path, capsys):
     """extract -> pipelines.anomaly train -> pipelines.quality train -> clean, per-language routing."""
     from pipelines.anomaly import main as anomaly_main
     from pipelines.quality import main as quality_main
@@ -190,6 +190,12 @@ beam_args: ["--runner=FnApiRunner"]
     assert code == 0, table
     book = str(shared("text", "pg1342_pride_and_prejudice.txt"))
     assert anomaly_main(["train", "--config", str(config), "--reference", book, "--steps", "100"]) == 0
+    current = (tmp_path / "models" / "anomaly" / "CURRENT").read_text()
+    capsys.readouterr()
+    # the same corpus sample, reference, settings and code: reused, nothing trained
+    assert anomaly_main(["train", "--config", str(config), "--reference", book, "--steps", "100"]) == 0
+    assert "anomaly detector unchanged: reusing" in capsys.readouterr().out
+    assert (tmp_path / "models" / "anomaly" / "CURRENT").read_text() == current
     assert quality_main(["train", "--config", str(config), "--positive",
                          str(shared("text", "pg1342_pride_and_prejudice.txt"))]) == 0
     code, table = run(["--config", str(config)])
