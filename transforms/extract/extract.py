@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import typing
 from dataclasses import dataclass
 from enum import Enum
 from typing import Callable, Iterator, Optional, Union
@@ -195,7 +196,10 @@ class ExtractText(beam.PTransform):
         results = (
             records
             | "CountIn" >> beam.ParDo(CountFn(stage, "in"))
+            # the rejected output's type declared: Beam warned "Tags {'rejected'} requested in
+            # with_outputs() but not declared" beside the dead letters' declared type
             | "Extract" >> beam.ParDo(_ExtractFn(self._config, stage))
+            .with_output_types(typing.Any, **{REJECTED: typing.Any})
             .with_exception_handling(
                 main_tag="kept",
                 dead_letter_tag=FAILED,
