@@ -18,7 +18,7 @@ PART_prism := $(ENGINES_DIR)/prism/prism
 # make run RUNNER=flink|spark|prism|direct-mp (default: direct, Beam's FnApiRunner)
 RUNNER ?= direct
 
-.PHONY: install run test test-engines engines bench bench-env clean models browser mutation
+.PHONY: install run test test-engines engines bench bench-env clean models browser mutation wheel
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -66,7 +66,7 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks.run_all
 
 clean:
-	rm -rf out .pytest_cache .mutation
+	rm -rf out .pytest_cache .mutation build dist
 
 # Mutation testing of the core decision modules (docs/TESTING.md; not part of make test):
 # make mutation [MUTATION="rules shards"] [MUTATION_JOBS=2]. mutmut is not a project
@@ -91,3 +91,10 @@ mutation: $(STAMP) $(MUTMUT_LIB)/.installed-stamp
 # .bench-venv-dolma (they do not install together).
 bench-env:
 	bash benchmarks/setup_peers.sh
+
+# A wheel of this checkout for training code (tokenfactory is not on any package index):
+# pip install dist/tokenfactory-*.whl  (add [s3] or [pipeline] as needed)
+wheel: $(STAMP)
+	rm -rf build dist/tokenfactory-*.whl
+	$(BIN)/python -m pip wheel --quiet --no-deps --no-build-isolation -w dist .
+	@ls dist/tokenfactory-*.whl

@@ -21,18 +21,20 @@ from typing import Any, Iterator
 import apache_beam as beam
 from apache_beam.utils import subprocess_server
 
+from pipelines import engine_log
 from pipelines.interrupts import ignored_by_children
 
 _LOGGER = logging.getLogger(__name__)
 
 
 class _JavaErrorsOnly(logging.Filter):
-    """The job server's output, which Beam logs line by line at INFO: only its errors
-    (raised to WARNING) unless this logger is set to DEBUG."""
+    """The job server's output, which Beam logs line by line at INFO: every line while a
+    run's engine log is open (it alone receives them), else only its errors (raised to
+    WARNING) unless this logger is set to DEBUG."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if logging.getLogger("tokenfactory.jobserver").isEnabledFor(logging.DEBUG):
-            return True
+        if engine_log.active() is not None or logging.getLogger("tokenfactory.jobserver").isEnabledFor(logging.DEBUG):
+            return True  # every line, to the run's engine log (pipelines/engine_log.py)
         text = record.getMessage()
         if " ERROR " in text or "Exception" in text:
             record.levelno, record.levelname = logging.WARNING, "WARNING"

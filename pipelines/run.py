@@ -28,6 +28,7 @@ import pipelines
 from pipelines import interrupts
 from pipelines.config import ConfigError, JobConfig, load_config
 from pipelines.config_errors import choice_of
+from pipelines.engine_log import EngineLog, engine_log
 from pipelines.engines import (ENGINES, POOL_FROM_BYTES, SDK_WORKER_CHOICES, EngineMissing, WorkerPool,
                                available_memory_bytes, engine_args, local_memory_refusal, sdk_workers_for)
 from pipelines.job import JobInterrupted, StageFailed, StageReport, process_cpu_seconds, run_job
@@ -115,6 +116,10 @@ def format_table(reports: Sequence[StageReport], total: Optional[tuple[float, fl
         lines.append(f"total: {_clock(total[0])} wall, {_clock(total[1])} CPU (this process since it started, "
                      "with the SDK workers and job servers it waited for)")
     return "\n".join(lines)
+
+
+def _shown_path(path: str) -> str:
+    return os.path.abspath(path) if "://" not in path else redact_url(path)
 
 
 def run_totals() -> tuple[float, float]:
@@ -266,10 +271,14 @@ def _main(argv: Optional[Sequence[str]], out: TextIO) -> int:
         return 2
     sdk_workers = sdk_workers_for(args.sdk_workers, args.engine, input_bytes, beam_args)
     with contextlib.ExitStack() as stack:
+        # Beam's and the job server's own output go to <output>/logs/ (all of it on the
+        # console with --log-level debug)
+        elog = stack.enter_context(engine_log(config.output)) if level > logging.DEBUG else None
         try:
             pool = ""
             if sdk_workers == "pool":
-                log = os.path.join(tempfile.gettempdir(), f"tokenfactory-worker-pool-{os.getpid()}.log")
+                log = elog.path if elog is not None else os.path.join(
+                    tempfile.gettempdir(), f"tokenfactory-worker-pool-{os.getpid()}.log")
                 pool = stack.enter_context(WorkerPool(log=Path(log))).address
                 logging.getLogger(__name__).info(
                     "SDK worker pool at %s (its log: %s)%s", pool, log,
@@ -283,10 +292,11 @@ def _main(argv: Optional[Sequence[str]], out: TextIO) -> int:
         except RuntimeError as exc:  # the worker pool did not start
             _stderr(f"worker pool error: {exc}\n")
             return 2
-        return _run(args, config, beam_args, out)
+        return _run(args, config, beam_args, out, elog)
 
 
-def _run(args: argparse.Namespace, config: JobConfig, beam_args: list[str], out: TextIO) -> int:
+def _run(args: argparse.Namespace, config: JobConfig, beam_args: list[str], out: TextIO,
+         elog: Optional[EngineLog] = None) -> int:
     try:
         reports = run_job(config, beam_args, force=args.force, show_progress=not args.no_progress,
                           break_lease=args.break_lease)
@@ -299,6 +309,9 @@ def _run(args: argparse.Namespace, config: JobConfig, beam_args: list[str], out:
     except StageFailed as failed:  # the traceback is in the log above
         if failed.reports:
             out.write("\n" + format_table(failed.reports) + "\n")
+        tail = elog.tail() if elog is not None else []
+        if tail:
+            _stderr(f"\nthe engine's last error lines ({_shown_path(elog.final)}):\n" + "\n".join(f"  {t}" for t in tail) + "\n")
         _stderr(f"\n{failed}\nthe stages before it keep their outputs; the same command "
                          "resumes from there (after a fix, if the error needs one: an engine "
                          "whose worker died needs none)\n")
@@ -307,6 +320,9 @@ def _run(args: argparse.Namespace, config: JobConfig, beam_args: list[str], out:
     queue = review_queue_line(config.output, reports)
     if queue:
         out.write(queue + "\n")
+    summary = elog.summary() if elog is not None else ""
+    if elog is not None and summary:  # nothing logged: no file (pipelines/engine_log.py)
+        out.write(f"engine log: {_shown_path(elog.final)} ({summary})\n")
     if not args.no_report:
         out.write(write_run_report(config) + "\n")
     return 0 if all(r.counts.reconciles for r in reports) else 1

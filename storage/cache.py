@@ -157,7 +157,8 @@ class ShardCache:
         return entries[name]
 
     def _source(self, index_url: str, name: str) -> str:
-        return index_url.rsplit("/", 1)[0] + "/" + name
+        """The shard ``name`` beside ``index_url`` (a bare ``index.json``: in this folder)."""
+        return index_url.rsplit("/", 1)[0] + "/" + name if "/" in index_url else name
 
     def _hot_path(self, index_url: str, name: str) -> str:
         version = self.read_index(index_url).get("version", "v")  # validated: one component

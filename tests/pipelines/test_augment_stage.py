@@ -56,7 +56,7 @@ def test_upsampling_stage_annotates_every_document_and_reconciles(tmp_path):
     assert report["upsample_rules"] == {"sampled": {"documents": upsampled, "extra_copies": 2 * upsampled}}
     assert report["extra_copies"] == 2 * upsampled
     page = (tmp_path / "out" / "report" / "report.html").read_text()
-    assert "<h2>Augmentation</h2>" in page and f"sampled: {upsampled:,} documents" in page
+    assert "<h2 id=\"s-augment\">Augmentation</h2>" in page and f"sampled: {upsampled:,} documents" in page
     again = io.StringIO()
     assert main(["--config", _job(tmp_path, UPSAMPLE), "--log-level", "ERROR", "--no-progress", "--no-report"],
                 out=again) == 0

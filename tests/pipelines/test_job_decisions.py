@@ -446,6 +446,17 @@ def test_the_exit_code_says_whether_every_stage_reconciled(tmp_path, monkeypatch
     assert err.endswith("\nthe stages before it keep their outputs; the same command resumes from there (after a "
                         "fix, if the error needs one: an engine whose worker died needs none)\n")
     assert out.getvalue() == "\n" + run.format_table([good]) + "\n"  # the table of the stages before it
+    # with an engine log: its last error lines, before the failure
+    from pipelines.engine_log import engine_log
+
+    with engine_log(str(tmp_path / "elog")) as elog:
+        logging.getLogger("tokenfactory.jobserver").info("INFO all good")
+        logging.getLogger("tokenfactory.jobserver").info("ERROR Executor: Exception in task 3.0")
+        assert run._run(_args(), config, [], io.StringIO(), elog) == 1
+    err = capsys.readouterr().err
+    assert f"\nthe engine's last error lines ({elog.path}):\n" in err
+    assert "ERROR Executor: Exception in task 3.0\n" in err and "all good" not in err
+    assert err.index("Exception in task") < err.index("stage clean failed")
 
     def held(*a, **k):
         from pipelines.lease import LeaseHeld
@@ -659,7 +670,7 @@ def test_main_wires_the_engine_the_worker_pool_the_stages_and_the_logging(tmp_pa
     ran, engine_calls, memory, loaded = [], [], [], []
     real_load = run.load_config
     monkeypatch.setattr(run, "load_config", lambda path, **kw: loaded.append(kw) or real_load(path, **kw))
-    monkeypatch.setattr(run, "_run", lambda args, config, beam_args, out: ran.append((args, config, beam_args)) or 7)
+    monkeypatch.setattr(run, "_run", lambda args, config, beam_args, out, elog=None: ran.append((args, config, beam_args, elog)) or 7)
     monkeypatch.setattr(run, "engine_args", lambda engine, worker_pool, input_bytes:
                         engine_calls.append((engine, worker_pool, input_bytes)) or [f"--runner={engine}"])
     monkeypatch.setattr(run, "cap_malloc_arenas", lambda: memory.append("arenas"))
@@ -672,7 +683,8 @@ def test_main_wires_the_engine_the_worker_pool_the_stages_and_the_logging(tmp_pa
         code = run.main(["--config", str(tmp_path / "job.yaml"), "--engine", "spark", "--sdk-workers", "pool",
                          "--stages", " extract , ,", "--log-level", "debug", "--my_beam_option=1"])
         assert code == 7 and memory == ["arenas", True]
-        args, config, beam_args = ran[0]
+        args, config, beam_args, elog = ran[0]
+        assert elog is None  # --log-level debug: Beam and the job server on the console, no engine log
         assert loaded[0] == {"output": None, "stages": ("extract",)}  # blanks dropped, names stripped
         data_bytes = os.path.getsize(tmp_path / "docs.jsonl")
         assert engine_calls == [("spark", "localhost:50123", data_bytes)]  # the configured input's size
@@ -686,6 +698,7 @@ def test_main_wires_the_engine_the_worker_pool_the_stages_and_the_logging(tmp_pa
         run.main(["--config", str(tmp_path / "job.yaml"), "--log-level", "error", "--output", str(tmp_path / "o2")])
         assert logging.getLogger("apache_beam").level == logging.ERROR  # never below the run's level
         assert engine_calls[1:] == [] and ran[1][2] == []  # no engine: no engine options, no pool
+        assert ran[1][3] is not None and ran[1][3].path.startswith(str(tmp_path / "o2" / "logs" / "engine-"))
         assert loaded[1] == {"output": str(tmp_path / "o2"), "stages": None}
         assert len(FakePool.made) == 1
         run.main(["--config", str(tmp_path / "job.yaml"), "--log-level", "nonsense"])

@@ -42,6 +42,14 @@ def windows(dataset: TokenDataset, workers: int = 0) -> list[tuple[int, ...]]:
     return [tuple(row.tolist()) for batch in loader for row in batch["tokens"]]
 
 
+def test_a_relative_index_path_reads_the_shards_beside_it(tmp_path, monkeypatch):
+    make_dataset(tmp_path / "v1", shards=2)
+    monkeypatch.chdir(tmp_path / "v1")
+    bare = windows(TokenDataset([Source("index.json")], seq_len=16, batch_size=2))
+    monkeypatch.chdir(tmp_path)
+    assert bare == windows(TokenDataset([Source("v1/index.json")], seq_len=16, batch_size=2)) and bare
+
+
 def test_windows_and_schedule_helpers():
     assert windows_in(1, 8) == 0 and windows_in(9, 8) == 1 and windows_in(17, 8) == 2
     order = mix_schedule([6, 100], [2.0, 1.0])
