@@ -22,7 +22,6 @@ import os
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 from typing import Optional, Sequence
@@ -176,13 +175,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         template = fh.read()
     if args.output:  # the output and the models the demo trains under it (the config says out/demo)
         template = template.replace("out/demo", args.output.rstrip("/"))
+    output = (args.output or "out/demo").rstrip("/")
     with PydocSite(free_port()) as site:
         sys.stdout.write(f"demo site: pydoc serving the Python docs at {site.url}\n")
-        with tempfile.TemporaryDirectory() as tmp:
-            config_path = os.path.join(tmp, "demo.yaml")
-            with open(config_path, "w", encoding="utf-8") as fh:
-                fh.write(template.replace("${DEMO_SITE}", site.url))
-            code = _run_demo(config_path, args.output, list(rest))
+        # the config as run, kept beside the outputs (the run report names it): the same
+        # job again is `make run`, which serves the site this config crawls
+        os.makedirs(output, exist_ok=True)
+        config_path = os.path.join(output, "demo.yaml")
+        with open(config_path, "w", encoding="utf-8") as fh:
+            fh.write(f"# {args.config} as python -m pipelines.demo ran it, with the demo site at {site.url}.\n"
+                     "# Run it again with `make run` (python -m pipelines.demo), which starts that site.\n"
+                     + template.replace("${DEMO_SITE}", site.url))
+        code = _run_demo(config_path, args.output, list(rest))
     sys.stdout.write("demo site stopped.\n")
     return code
 

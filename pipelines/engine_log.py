@@ -23,7 +23,7 @@ import tempfile
 from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Iterator
+from typing import Iterator, Sequence
 
 __all__ = ["ENGINE_LOGGERS", "EngineLog", "engine_log", "relevant_lines"]
 
@@ -98,21 +98,43 @@ def _local_path(output: str, stamp: str) -> tuple[str, str]:
         local = os.path.join(tempfile.gettempdir(), f"tokenfactory-{os.getpid()}-{name}")
         return local, FileSystems.join(output, "logs", name)
     base = output[len("file://"):] if output.startswith("file://") else output
-    directory = os.path.join(base, "logs")
-    os.makedirs(directory, exist_ok=True)
-    path = os.path.join(directory, name)
+    path = os.path.join(base, "logs", name)  # made at the first record (_LazyFileHandler)
     return path, path
 
 
+class _LazyFileHandler(logging.FileHandler):
+    """A file handler that makes its folder and file at its first record (a run that
+    logs nothing, or is refused before it starts, leaves nothing), and writes under the
+    temporary directory when the output's folder cannot be written (the run then fails
+    on its own, with its own message)."""
+
+    def __init__(self, log: EngineLog) -> None:
+        self._log = log
+        super().__init__(log.path, encoding="utf-8", delay=True)
+
+    def _open(self):  # type: ignore[no-untyped-def]
+        try:
+            os.makedirs(os.path.dirname(self.baseFilename), exist_ok=True)
+            return super()._open()
+        except OSError:
+            fallback = os.path.join(tempfile.gettempdir(),
+                                    f"tokenfactory-{os.getpid()}-{os.path.basename(self.baseFilename)}")
+            self.baseFilename = self._log.path = self._log.final = fallback
+            return super()._open()
+
+
 @contextlib.contextmanager
-def engine_log(output: str) -> Iterator[EngineLog]:
-    """Sends Beam's and the job server's logging to the run's engine log while open."""
+def engine_log(output: str, filters: Sequence[logging.Filter] = ()) -> Iterator[EngineLog]:
+    """Sends Beam's and the job server's logging to the run's engine log while open;
+    ``filters`` (e.g. the run's credential masking) apply to every record it writes."""
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
     path, final = _local_path(output, stamp)
-    handler = logging.FileHandler(path, encoding="utf-8")
+    log = EngineLog(path, final)
+    handler = _LazyFileHandler(log)
     handler.setFormatter(logging.Formatter(FORMAT))
     handler.setLevel(logging.INFO)
-    log = EngineLog(path, final)
+    for f in filters:
+        handler.addFilter(f)
     for name in ENGINE_LOGGERS:
         logger = logging.getLogger(name)
         log._saved.append((logger, logger.level, logger.propagate))
@@ -136,20 +158,8 @@ def engine_log(output: str) -> Iterator[EngineLog]:
             logger.setLevel(level)
             logger.propagate = propagate
         handler.close()
-        if _empty(path):  # nothing ran (a refused lease, a config error): no file left behind
-            with contextlib.suppress(OSError):
-                os.unlink(path)
-                if final == path:
-                    os.rmdir(os.path.dirname(path))  # only when it is empty
-        elif final != path:
-            _copy_out(path, final)
-
-
-def _empty(path: str) -> bool:
-    try:
-        return os.path.getsize(path) == 0
-    except OSError:
-        return False
+        if log.final != log.path and os.path.exists(log.path):
+            _copy_out(log.path, log.final)
 
 
 def active() -> "EngineLog | None":

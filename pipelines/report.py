@@ -38,6 +38,8 @@ from pipelines.report_anomaly import collect_anomaly, detector_thresholds
 from pipelines.report_augment import collect_augment
 from pipelines.report_data import Histogram, iter_batches, stage_files
 from pipelines.report_html import render_html
+from transforms.clean.language_rules import NO_PUNCTUATION_LANGUAGES, rules_for
+from transforms.clean.language_rules import tables as language_tables
 from transforms.clean.rules import RULES, Direction, Rule, Unit, threshold
 
 _LOGGER = logging.getLogger(__name__)
@@ -45,6 +47,8 @@ _LOGGER = logging.getLogger(__name__)
 REPORT_VERSION = 1
 MAX_COMPONENTS = 5_000_000  # distinct near-duplicate components counted before giving up
 MAX_LANGUAGES = 25  # the rest is summed as "other"
+MAX_TABLE_GROUPS = 6  # signal histograms per rule table: English, the 4 largest others, "other"
+OTHER_TABLE = "other"  # documents of languages without a table of their own
 
 _FRAC = np.linspace(0.0, 1.0, 51)
 _COUNT = np.concatenate([[0.0], np.logspace(0, 6, 61)])  # [0,1) then 10 bins per decade
@@ -127,11 +131,30 @@ def collect_funnel(output: str) -> list[dict[str, Any]]:
     return rows
 
 
-def config_thresholds(config: Any) -> dict[str, Any]:
+def table_thresholds(clean: Any, lang: str) -> dict[str, list[dict[str, Any]]]:
+    """The thresholds a document of ``lang`` (a language with its own table) is checked
+    against: the configured ones mapped by its table, its stop words, no punctuation rules
+    for the languages that have none (``language_rules.py``). Empty when ``rules_languages``
+    leaves ``lang`` unchecked."""
+    if clean.rules_languages and lang not in clean.rules_languages:
+        return {}
+    rules = rules_for(clean.rules, "" if lang == "en" else lang, True, lang not in NO_PUNCTUATION_LANGUAGES)
+    marks: dict[str, list[dict[str, Any]]] = {}
+    for rule in rules.table:
+        value = threshold(rules, rule)
+        if rule.direction is not Direction.FLAG and value is not None and value is not False:
+            marks.setdefault(rule.signal, []).append({
+                "value": float(value), "kind": rule.direction.value, "rule": f"{rule.family}.{rule.key}",
+                "active": rule.family in rules.families})
+    return marks
+
+
+def config_thresholds(config: Any, tables_wanted: Sequence[str] = ()) -> dict[str, Any]:
     """Thresholds of the job config's clean section: per signal, language score, anomaly.
 
     ``active`` is false for a rule whose family is switched off. The anomaly threshold
     is the config's override, else the one calibrated into the model artifact.
+    ``signals_by_table``: English's and those of ``tables_wanted`` (languages with a table).
     """
     clean = getattr(config, "clean", None)
     if clean is None:
@@ -144,7 +167,9 @@ def config_thresholds(config: Any) -> dict[str, Any]:
                 "value": float(value), "kind": rule.direction.value, "rule": f"{rule.family}.{rule.key}",
                 "active": rule.family in clean.rules.families})
     anomaly = detector_thresholds(clean)
-    return {"signals": signals, "lang_score": float(clean.langid.threshold),
+    return {"signals": signals, "signals_by_table": {lang: table_thresholds(clean, lang) for lang in language_tables()
+                                                    if lang == "en" or lang in tables_wanted},
+            "lang_score": float(clean.langid.threshold),
             "anomaly": anomaly["combined"], "anomaly_detectors": anomaly,
             "rules_languages": list(clean.rules_languages), "languages": list(clean.langid.languages)}
 
@@ -162,7 +187,12 @@ def _floats(array: Optional[pa.Array]) -> np.ndarray:
 def collect_clean(output: str, stage: str = "clean") -> dict[str, Any]:
     """Language counts and histograms of the clean stage's kept and rejected documents."""
     langs: dict[str, Counter[str]] = {"kept": Counter(), "rejected": Counter()}
-    signals = {name: Histogram(edges, log) for name, (edges, log) in signal_bins().items()}
+    bins = signal_bins()
+    signals = {name: Histogram(edges, log) for name, (edges, log) in bins.items()}
+    # per rule table: a language with a fitted table of its own, else "other" (each such
+    # document is judged by its script's default table, which needs its text to tell)
+    by_table: dict[str, dict[str, Histogram]] = {}
+    own = set(language_tables())
     lang_score, anomaly = Histogram(_FRAC), Histogram(_SCORE)
     docs = 0
     for series, kind in (("kept", "docs"), ("rejected", "rejected")):
@@ -181,9 +211,29 @@ def collect_clean(output: str, stage: str = "clean") -> dict[str, Any]:
             for name, hist in signals.items():
                 if name in children:
                     hist.add(_floats(children[name]), series)
+            groups = np.array(["" if v is None else (v if v in own else OTHER_TABLE)
+                               for v in (lang.to_pylist() if lang is not None else [None] * batch.num_rows)])
+            has = ~np.asarray(struct.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+            for group in set(groups[has].tolist()) - {""}:
+                rows = (groups == group) & has
+                hists = by_table.setdefault(group, {n: Histogram(e, lg) for n, (e, lg) in bins.items()})
+                for name, hist in hists.items():
+                    if name in children:
+                        hist.add(_floats(children[name])[rows], series)
     return {"stage": stage, "docs": docs, "languages": _top_languages(langs),
             "lang_score": lang_score.to_json(), "anomaly_score": anomaly.to_json(),
-            "signals": {k: h.to_json() for k, h in signals.items() if h.n}}
+            "signals": {k: h.to_json() for k, h in signals.items() if h.n},
+            "signals_by_table": _top_tables(by_table)}
+
+
+def _top_tables(by_table: dict[str, dict[str, Any]], most: int = MAX_TABLE_GROUPS) -> dict[str, Any]:
+    """English first, then the languages with the most scored documents (``most`` in all),
+    then "other"; each with its documents count and histograms."""
+    counts = {g: max((h.n for h in hists.values()), default=0) for g, hists in by_table.items()}
+    named = sorted((g for g in counts if g not in ("en", OTHER_TABLE)), key=lambda g: (-counts[g], g))
+    order = (["en"] if "en" in counts else []) + named[:most - 2] + ([OTHER_TABLE] if OTHER_TABLE in counts else [])
+    return {g: {"docs": counts[g], "signals": {k: h.to_json() for k, h in by_table[g].items() if h.n}}
+            for g in order}
 
 
 def _top_languages(langs: dict[str, Counter[str]]) -> list[dict[str, Any]]:
@@ -275,14 +325,15 @@ def build_report(output: str, config: Any = None) -> dict[str, Any]:
     """Every number of the report (what ``report.json`` holds)."""
     stages = collect_funnel(output)
     names = [s["stage"] for s in stages]
+    clean = collect_clean(output) if "clean" in names else None
     return {
         "report_version": REPORT_VERSION, "output": output,
         "generated_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "config": getattr(config, "source_file", "") or None,
         "stages": stages,
         "run_time": run_time(stages),
-        "thresholds": config_thresholds(config),
-        "clean": collect_clean(output) if "clean" in names else None,
+        "thresholds": config_thresholds(config, list((clean or {}).get("signals_by_table", {}))),
+        "clean": clean,
         "anomaly": collect_anomaly(output) if "clean" in names else None,
         "dedup_components": collect_components(output) if "dedup_minhash" in names else None,
         "labels": collect_labels(output, label_thresholds(config)) if "label" in names else None,

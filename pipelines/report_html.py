@@ -251,6 +251,9 @@ def languages_section(clean: dict[str, Any], thresholds: dict[str, Any]) -> str:
 
 
 def signals_section(clean: dict[str, Any], thresholds: dict[str, Any]) -> str:
+    by_table, marks_by_table = clean.get("signals_by_table"), thresholds.get("signals_by_table")
+    if by_table and marks_by_table is not None:
+        return _signals_by_table(by_table, marks_by_table, thresholds)
     figures = [histogram_plot(f"signal-{name}", name, name, hist, thresholds["signals"].get(name, ()))
                for name, hist in clean["signals"].items()]
     if not figures:
@@ -259,9 +262,42 @@ def signals_section(clean: dict[str, Any], thresholds: dict[str, Any]) -> str:
     note = (f"<p>Rules apply to {esc(', '.join(langs) or 'every language')}; dashed grey lines "
             "are thresholds of switched-off rule families.</p>") if langs is not None else \
         "<p>No config given: thresholds are not marked.</p>"
-    note += ("<p>Documents that language ID dropped have no signals or scores (nothing after it "
-             "could keep them) and are not in these histograms.</p>")
+    note += _NO_SIGNALS_NOTE
     return note + '<div class="grid">' + "".join(figures) + "</div>"
+
+
+_NO_SIGNALS_NOTE = ("<p>Documents that language ID dropped have no signals or scores (nothing after it "
+                    "could keep them) and are not in these histograms.</p>")
+
+
+def _signals_by_table(by_table: dict[str, Any], marks_by_table: dict[str, Any], thresholds: dict[str, Any]) -> str:
+    """One grid per rule table, each over the documents judged by it with its own
+    thresholds: English (the configured thresholds) open, the other languages folded."""
+    langs = thresholds.get("rules_languages") or []
+    parts = [f"<p>Each language is judged by its own thresholds (the configured ones mapped by its fitted "
+             f"table, transforms/clean/language_rules.py); each grid shows the documents of one table with "
+             f"its thresholds. Rules apply to {esc(', '.join(langs) or 'every language')}; dashed grey "
+             "lines are thresholds of switched-off rule families.</p>" + _NO_SIGNALS_NOTE]
+    for group, data in by_table.items():
+        marks = marks_by_table.get(group, {}) if group != "other" else {}
+        if group == "other":
+            what = ("languages without a table of their own: each document is judged by its script's "
+                    "default table (English's for Latin script), so no threshold is drawn")
+        elif not marks:
+            what = "not checked by the rules (clean.rules_languages)"
+        elif group == "en":
+            what = "English: the configured thresholds"
+        else:
+            what = f"{group}: its own table's thresholds"
+        figures = "".join(
+            histogram_plot(f"signal-{name}" if group == "en" else f"signal-{group}-{name}",
+                           name if group == "en" else f"{name} ({group})", name, hist, marks.get(name, ()))
+            for name, hist in data["signals"].items())
+        title = f"{esc(what)}: {data['docs']:,} documents"
+        grid = f'<div class="grid">{figures}</div>'
+        parts.append(f"<h3>{title}</h3>{grid}" if group == "en"
+                     else f'<details data-table="{esc(group)}"><summary>{title}</summary>{grid}</details>')
+    return "".join(parts)
 
 
 def components_section(comp: dict[str, Any]) -> str:

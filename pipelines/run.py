@@ -273,7 +273,8 @@ def _main(argv: Optional[Sequence[str]], out: TextIO) -> int:
     with contextlib.ExitStack() as stack:
         # Beam's and the job server's own output go to <output>/logs/ (all of it on the
         # console with --log-level debug)
-        elog = stack.enter_context(engine_log(config.output)) if level > logging.DEBUG else None
+        elog = (stack.enter_context(engine_log(config.output, filters=(RedactingFilter(),)))
+                if level > logging.DEBUG else None)
         try:
             pool = ""
             if sdk_workers == "pool":

@@ -28,6 +28,8 @@ def test_beam_and_the_job_server_go_to_the_file_ours_stay_on_the_console(tmp_pat
     handler, stream = console()
     beam, java = logging.getLogger("apache_beam.runners"), logging.getLogger("tokenfactory.jobserver")
     before = (logging.getLogger("apache_beam").propagate, java.level)
+    beam_level = logging.getLogger("apache_beam").level
+    logging.getLogger("apache_beam").setLevel(logging.WARNING)  # as a run sets it (earlier tests may not)
     try:
         with engine_log.engine_log(str(tmp_path / "out")) as log:
             assert engine_log.active() is log
@@ -39,6 +41,7 @@ def test_beam_and_the_job_server_go_to_the_file_ours_stay_on_the_console(tmp_pat
         assert engine_log.active() is None
     finally:
         logging.getLogger().removeHandler(handler)
+        logging.getLogger("apache_beam").setLevel(beam_level)
     text = Path(log.path).read_text()
     assert log.path == log.final and Path(log.path).parent == tmp_path / "out" / "logs"
     assert Path(log.path).name.startswith("engine-") and log.path.endswith(".log")
@@ -56,6 +59,25 @@ def test_nothing_logged_leaves_no_file(tmp_path: Path) -> None:
     with engine_log.engine_log(str(tmp_path / "out")) as log:
         assert log.summary() == ""
     assert not (tmp_path / "out" / "logs").exists()
+
+
+def test_an_output_it_cannot_write_gets_its_log_in_the_temporary_directory(tmp_path: Path) -> None:
+    blocked = tmp_path / "file"
+    blocked.write_text("a file where the output's folder would be")
+    with engine_log.engine_log(str(blocked / "out")) as log:
+        logging.getLogger("tokenfactory.jobserver").info("a line")
+    assert Path(log.path).read_text().endswith("INFO tokenfactory.jobserver: a line\n")
+    assert log.final == log.path and not log.path.startswith(str(tmp_path))
+    Path(log.path).unlink()
+
+
+def test_the_log_masks_credentials(tmp_path: Path) -> None:
+    from pipelines.run import RedactingFilter
+
+    with engine_log.engine_log(str(tmp_path / "out"), filters=(RedactingFilter(),)) as log:
+        logging.getLogger("tokenfactory.jobserver").info("options: s3://AKIAEXAMPLE:sekrit@bucket/x --hf_token=hf_abc")
+    text = Path(log.path).read_text()
+    assert "sekrit" not in text and "hf_abc" not in text and "bucket/x" in text
 
 
 def test_the_tail_is_the_last_error_lines(tmp_path: Path) -> None:

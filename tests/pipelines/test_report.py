@@ -146,6 +146,29 @@ def test_histogram_streams_batches():
     assert sum(data["counts"]["kept"]) == 1000 and sum(data["counts"]["rejected"]) == 2
 
 
+def test_signals_are_drawn_with_the_thresholds_of_the_table_that_judged_them(synthetic, tmp_path):
+    clean = report.collect_clean(str(synthetic))
+    by_table = clean["signals_by_table"]
+    # English first; German has a table of its own; the hostile language code has none: "other"
+    assert list(by_table) == ["en", "de", "other"]
+    assert {g: d["docs"] for g, d in by_table.items()} == {"en": 5, "de": 2, "other": 1}
+    assert sum(d["signals"]["words"]["n"] for d in by_table.values()) == clean["signals"]["words"]["n"]
+    config = clean_config(tmp_path)
+    th = report.config_thresholds(config, list(by_table))
+    assert set(th["signals_by_table"]) == {"en", "de"}
+    english = {m["rule"]: m["value"] for m in th["signals_by_table"]["en"]["mean_word_length"]}
+    german = {m["rule"]: m["value"] for m in th["signals_by_table"]["de"]["mean_word_length"]}
+    assert english == {m["rule"]: m["value"] for m in th["signals"]["mean_word_length"]}  # the configured ones
+    assert german["gopher_quality.max_mean_word_length"] > english["gopher_quality.max_mean_word_length"]
+    html = render_html({**report.build_report(str(synthetic), config)})
+    assert 'data-plot="signal-words"' in html and 'data-plot="signal-de-words"' in html
+    assert '<details data-table="de"><summary>de: its own table&#x27;s thresholds: 2 documents</summary>' in html
+    assert "languages without a table of their own" in html and 'data-plot="signal-other-words"' in html
+    # a language the rules do not check gets no threshold
+    only_en = clean_config(tmp_path, "  rules_languages: [en]\n")
+    assert report.config_thresholds(only_en, ["en", "de"])["signals_by_table"]["de"] == {}
+
+
 def test_components_and_tokens(synthetic):
     comp = report.collect_components(str(synthetic))
     assert comp["sizes"] == {"1": 2, "3": 1} and comp["largest"] == 3  # c1 = 3 docs; c2 and d4 alone

@@ -206,7 +206,8 @@ def test_training_on_too_few_examples_to_calibrate_is_refused_unless_asked(tmp_p
     assert labeller_main(train) == 2
     err = capsys.readouterr().err
     assert re.search(r"error: label set 'language': 60 examples put \d+ in the hash-chosen 20% held out to "
-                     r"calibrate the confidences; at least 30 are needed \(about 150 examples\)", err)
+                     r"calibrate the confidences; at least 30 are needed \(by label: .*\)\. Add about \d+ more "
+                     r"labelled examples \(about \d+ of each label\)", err)
     assert "--allow-uncalibrated" in err and Labeller.load(data.model_dir).version == before
     with contextlib.redirect_stdout(io.StringIO()):
         assert labeller_main(train + ["--allow-uncalibrated"]) == 0

@@ -79,7 +79,8 @@ def test_the_tokenizer_is_trained_by_default_only_without_a_model():
     (("dedup_minhash",), "the dedup stages need a dedup: section"),
     (("label",), "stage 'label' needs a label: section"),
     (("tokenizer",), "the tokenize stages need a tokenize: section"),
-    (("extract", "dedupe"), "unknown stages ['dedupe']; known: ['crawl', 'extract', "),
+    (("extract", "dedupe"), "unknown stages ['dedupe'] (did you mean 'dedup_exact'?); known: ['crawl', 'extract', "),
+    (("extract", "zzz"), "unknown stages ['zzz']; known: ['crawl', 'extract', "),
 ])
 def test_a_stage_needs_its_section(stages, message):
     with pytest.raises(ValueError) as raised:
