@@ -1,7 +1,8 @@
 """Train the learned anomaly detector of the clean stage (``models/anomaly.py``).
 
     python -m pipelines.anomaly train --config configs/X.yaml [--reference FILE ...]
-        [--stage extract] [--sample 20000] [--steps 1500] [--seed 0] [--out DIR]
+        [--stage extract] [--sample 20000] [--steps 1500] [--batch-size 32] [--window 256]
+        [--seed 0] [--out DIR] [--force]
 
 The language model learns from the reference corpus (``--reference``: plain-text files
 cut into ~3 KB chunks at blank lines, JSONL or Parquet files with a ``text`` field, e.g.
@@ -115,7 +116,8 @@ def _train_command(args: argparse.Namespace) -> int:
     given_reference = [t for t in reference_texts(args.reference) if t.strip()] if args.reference else []
     trim = clean.anomaly.contamination
     params = DetectorParams(
-        lm=LMParams(steps=args.steps), signals=AutoencoderParams(trim=trim),
+        lm=LMParams(steps=args.steps, batch_size=args.batch_size, max_tokens=args.window),
+        signals=AutoencoderParams(trim=trim),
         representation=AutoencoderParams(hidden=(32, 8), steps=600, trim=trim),
         flag_rate=clean.anomaly.flag_rate)
     key = training_key(corpus, given_reference, params, args.seed, config.section_hash("clean"), code_version())
@@ -161,6 +163,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     train.add_argument("--stage", default="extract", help="docs/<stage>/ to sample (default extract)")
     train.add_argument("--sample", type=int, default=20000)
     train.add_argument("--steps", type=int, default=1500, help="language-model optimiser steps")
+    train.add_argument("--batch-size", type=int, default=32, help="language-model windows per step")
+    train.add_argument("--window", type=int, default=256, help="language-model training window, in tokens")
     train.add_argument("--seed", type=int, default=0)
     train.add_argument("--out", default=None, help="model directory (default: clean.anomaly.model)")
     train.add_argument("--force", action="store_true",

@@ -139,8 +139,10 @@ def _clock(seconds: float) -> str:
 def format_locations(output: str, reports: Sequence[StageReport]) -> str:
     """Where each stage's outputs are: its ``writes`` line of the stage table."""
     lines = [f"outputs under {output}:"]
+    base = output.rstrip("/") + "/"
     for r in reports:
         index = next((o for o in r.outputs if o.endswith("index.json")), "tokens/<version>/index.json")
+        index = index[len(base):] if index.startswith(base) else index  # relative to the output, as the rest
         lines.append("  " + spec_of(r.stage).writes.format(stage=r.stage, index=index))
         lines.append(f"  manifests/{r.stage}.json")
     return "\n".join(lines)
@@ -220,10 +222,12 @@ def interrupted_line(argv: Sequence[str], stage: Optional[str], finished: Sequen
     return f"interrupted{name} in stage {stage}: {kept}; resume with: {resume_command(argv)}"
 
 
-def main(argv: Optional[Sequence[str]] = None, out: TextIO = sys.stdout) -> int:
+def main(argv: Optional[Sequence[str]] = None, out: Optional[TextIO] = None) -> int:
     """Runs the command; after Ctrl-C (or ``kill``) the run unwinds (lease, job server,
     worker pool released) and ends with one line and exit 128 + the signal's number
-    (``pipelines.interrupts``)."""
+    (``pipelines.interrupts``). ``out``: where the table goes (default: ``sys.stdout`` as
+    it is at the call)."""
+    out = out if out is not None else sys.stdout
     arguments = list(sys.argv[1:] if argv is None else argv)
     with interrupts.handled():
         try:

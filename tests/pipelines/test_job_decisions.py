@@ -506,7 +506,7 @@ def test_the_locations_name_each_stage_output_and_the_token_index():
         "outputs under /out:",
         "  " + writes["extract"].format(stage="extract", index="tokens/<version>/index.json"),
         "  manifests/extract.json",
-        "  " + writes["tokenize"].format(stage="tokenize", index="/out/tokens/v7/index.json"),
+        "  " + writes["tokenize"].format(stage="tokenize", index="tokens/v7/index.json"),  # relative to /out
         "  manifests/tokenize.json",
         "  " + writes["tokenize"].format(stage="tokenize", index="tokens/<version>/index.json"),
         "  manifests/tokenize.json"])

@@ -102,7 +102,7 @@ def test_the_output_listing_of_each_kind_of_stage():
         "  manifests/clean.json",
         "  tokenizer/tokenizer.model",
         "  manifests/tokenizer.json",
-        "  out/tokens/v1/index.json  (shards beside it)  rejected/tokenize/",
+        "  tokens/v1/index.json  (shards beside it)  rejected/tokenize/",  # relative to the output, as the rest
         "  manifests/tokenize.json",
     ]
 
