@@ -39,6 +39,7 @@ _LOGGER = logging.getLogger(__name__)
 
 def _annotated(texts: Sequence[str], clean: object) -> tuple[list[str], np.ndarray, np.ndarray]:
     """(languages, signal features, kept by language ID and rules) of ``texts``."""
+    from models.progress import Steps
     from transforms.clean.clean import Models, annotate, select
     from transforms.clean.detect import AnomalyConfig
     from transforms.clean.features import feature_matrix
@@ -49,9 +50,11 @@ def _annotated(texts: Sequence[str], clean: object) -> tuple[list[str], np.ndarr
     models = Models(config)
     docs = [Doc(id=str(i), url="", text=t, source="train", fetched_at="") for i, t in enumerate(texts)]
     annotated = []
-    for start in range(0, len(docs), 256):
-        annotated.extend(annotate(docs[start:start + 256], models, config, score_anomaly=False,
-                                  every_language=True)[0])
+    with Steps(len(docs), "language ID and rules", unit="document") as bar:
+        for start in range(0, len(docs), 256):
+            annotated.extend(annotate(docs[start:start + 256], models, config, score_anomaly=False,
+                                      every_language=True)[0])
+            bar.update(len(docs[start:start + 256]))
     kept = np.array([select(d, config, None) is None for d in annotated], dtype=bool)
     return [d.lang for d in annotated], feature_matrix([d.signals for d in annotated]), kept
 

@@ -33,6 +33,7 @@ import contextlib
 import logging
 import math
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -366,8 +367,9 @@ def _fetch_java(part: str, target: Path) -> str:
     if done.returncode == 0 and copied.exists():
         copied.rename(target / "job-server.jar")
         return f"{shaded} (Beam's job server jar, Maven Central)"
-    _LOGGER.warning("%s: %s is not available (%s); assembling the job server from the runner's "
-                    "modules %s", part, shaded, _last_error(done), ", ".join(server.modules))
+    _LOGGER.info("%s: Beam's prebuilt job server jar %s is not served here (Maven: %s). That is "
+                 "expected; assembling the same job server from the runner's modules %s instead",
+                 part, shaded, _last_error(done), ", ".join(server.modules))
     (target / "pom.xml").write_text(_pom(server.modules))
     done = _run([mvn, "-B", "-q", "dependency:copy-dependencies", "-DincludeScope=runtime",
                  "-DoutputDirectory=lib"], cwd=target)
@@ -378,10 +380,14 @@ def _fetch_java(part: str, target: Path) -> str:
     return f"{server.main_class} from {', '.join(server.modules)} (launcher jar over lib/)"
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
 def _last_error(done: subprocess.CompletedProcess) -> str:
-    lines = [l for l in (done.stdout + done.stderr).splitlines() if "ERROR" in l] or \
-        (done.stdout + done.stderr).splitlines() or ["no output"]
-    return lines[0].strip()[:400]
+    """Maven's first error line, plain: no terminal colours, no ``[ERROR]`` tag."""
+    text = _ANSI.sub("", done.stdout + done.stderr)
+    lines = [l for l in text.splitlines() if "ERROR" in l] or text.splitlines() or ["no output"]
+    return re.sub(r"^\s*\[ERROR\]\s*", "", lines[0]).strip()[:400]
 
 
 def _fetch_prism(target: Path) -> str:
@@ -436,6 +442,8 @@ class WorkerPool:
         from apache_beam.utils import subprocess_server
 
         port, = subprocess_server.pick_port(None)
+        if self.log:
+            self.log.parent.mkdir(parents=True, exist_ok=True)  # the run's logs/ folder, made at first use
         log = open(self.log, "ab") if self.log else subprocess.DEVNULL
         # the pool starts its workers with this interpreter (pipelines.worker_pool.worker_path)
         self.process = subprocess.Popen(

@@ -98,6 +98,8 @@ def format_table(reports: Sequence[StageReport], total: Optional[tuple[float, fl
         check = "in=out+r+f" if c.reconciles else "MISMATCH"
         status = ("resumed (manifest matched)" if r.skipped
                   else f"ran in {r.seconds:.1f}s" + (f", CPU {r.cpu_seconds:.1f}s" if r.cpu_seconds else ""))
+        if not r.skipped and dict(r.counters).get("version_reused"):
+            status += "; identical token version reused, nothing rewritten"
         lines.append(f"{r.stage:<{width}} {c.records_in:>9} {c.out:>9} {c.rejected:>9} {c.failed:>9}  "
                      f"{check:<11} {status}")
         reasons = ", ".join(f"{k}={v}" for k, v in c.rejected_by_reason.items())
@@ -108,7 +110,7 @@ def format_table(reports: Sequence[StageReport], total: Optional[tuple[float, fl
             lines.append(f"{'':<{width}}   failed:   {errors}")
         noted = ", ".join(f"{k}={v}" for k, v in r.counters
                           if v and k.startswith(("pii_", "skipped_", "extracted_", "truncated_", "label_", "review_",
-                                                "missing_", "repeat_", "duplicate_id")))
+                                                "missing_", "repeat_", "duplicate_id", "duplicate_url_fragment")))
         if noted:
             lines.append(f"{'':<{width}}   noted:    {noted}")
     if total is not None:

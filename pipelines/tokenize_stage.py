@@ -262,6 +262,7 @@ class TokenizeDriver:
             totals = dict(index.get("tokenize_counters") or {"shards": index["num_shards"]})
             self.upsampling = index.get("upsampling") or upsampling_summary(index["shards"])
             _LOGGER.info("tokenize: version %s has the same tokens (key %s): reused", self.version, key[:12])
+            totals["version_reused"] = 1  # the run's table says so (a --force run rewrites nothing)
         else:
             for name in [n for n in folders if n.endswith("-" + key[:12]) and not folders[n]["complete"]]:
                 remove_version_folder(FileSystems.join(self.tokens_dir, name), options, "an earlier attempt")

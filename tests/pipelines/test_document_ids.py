@@ -257,3 +257,23 @@ def test_repeated_ids_are_counted_across_the_ranges_of_a_split_file(tmp_path):
     assert (tmp_path / "s.jsonl").stat().st_size > 8 * 1000  # read in more than 8 ranges
     assert manifest.counts.out == 100 and manifest.extra["counters"]["duplicate_id"] == 30
     assert manifest.extra["counters"]["duplicate_id_keys"] == 30
+
+
+def test_url_duplicates_that_differ_by_a_fragment_are_counted_as_such(tmp_path):
+    """A book's chapters at book.html#ch1, #ch2, ... are one URL once the fragment is dropped:
+    all but one are rejected as duplicate_url, and the table says how many had a fragment."""
+    texts = _texts("f", 8)
+    rows = ([{"id": f"ch{i}", "text": texts[i], "url": f"http://x.test/book.html#ch{i}"} for i in range(4)]
+            + [{"id": "p1", "text": texts[4], "url": "http://x.test/page.html"},
+               {"id": "p2", "text": texts[5], "url": "http://x.test/page.html"},  # a duplicate, no fragment
+               {"id": "e1", "text": texts[6], "url": "http://x.test/end.html#"},
+               {"id": "e2", "text": texts[7], "url": "http://x.test/end.html#"}])  # an empty fragment
+    (tmp_path / "f.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    config = Path(_config(tmp_path, "jsonl", str(tmp_path / "f.jsonl")))
+    config.write_text(config.read_text().replace('path: "', 'url_field: url, path: "'))
+    table = io.StringIO()
+    assert main(["--config", str(config), "--log-level", "ERROR", "--no-report"], out=table) == 0
+    manifest = read_manifest(str(tmp_path / "out"), "dedup_exact")
+    assert manifest.counts.rejected_by_reason == {"duplicate_url": 5}
+    assert manifest.extra["counters"]["duplicate_url_fragment"] == 3  # ch1..ch3 (ch0 is kept)
+    assert "duplicate_url_fragment=3" in table.getvalue()

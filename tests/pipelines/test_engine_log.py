@@ -101,3 +101,16 @@ def test_relevant_lines() -> None:
                                          "SEVERE: z", "x" * 500]
     assert relevant_lines(lines, 1) == ["x" * 500]
     assert relevant_lines(["INFO an Errorless line"], 5) == []  # a word starting with Error is not one
+
+
+def test_mavens_error_is_quoted_plainly() -> None:
+    import subprocess
+
+    from pipelines.engines import _last_error
+
+    done = subprocess.CompletedProcess([], 1, stdout="[\x1b[1;31mERROR\x1b[m] Failed to execute goal: Could not find "
+                                                  "artifact org.apache.beam:beam-runners-flink-1.19-job-server:jar:2.62.0\n"
+                                                  "[\x1b[1;31mERROR\x1b[m] -> [Help 1]\n", stderr="")
+    assert _last_error(done) == ("Failed to execute goal: Could not find artifact "
+                                 "org.apache.beam:beam-runners-flink-1.19-job-server:jar:2.62.0")
+    assert _last_error(subprocess.CompletedProcess([], 1, stdout="", stderr="")) == "no output"

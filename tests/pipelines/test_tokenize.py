@@ -283,12 +283,16 @@ def test_a_version_is_self_contained_and_changes_only_when_its_tokens_change(tmp
     # review labels imported: the documents' labels change, their texts do not. The tokenizer
     # is retrained (same bytes) and tokenize reruns, but the version is reused, not rewritten.
     rewrite_docs(out, lambda row: {**row, "labels": REVIEWED})
-    run_with(config, "--force", "--stages", "tokenizer,tokenize")
+    table = run_with(config, "--force", "--stages", "tokenizer,tokenize")
     assert folders(out) == [index["version"]] and (directory / "index.json").read_bytes() == index_bytes
     manifest = json.loads((out / "manifests" / "tokenize.json").read_text())
     assert manifest["extra"]["version_reused"] is True and first_manifest["extra"]["version_reused"] is False
     assert manifest["counts"] == first_manifest["counts"]
-    assert manifest["extra"]["counters"] == first_manifest["extra"]["counters"]
+    counters = dict(manifest["extra"]["counters"])
+    assert counters.pop("version_reused") == 1 and "version_reused" not in first_manifest["extra"]["counters"]
+    assert counters == first_manifest["extra"]["counters"]
+    # the --force run says it rewrote nothing
+    assert table.split("\ntokenize ", 1)[1].splitlines()[0].endswith("; identical token version reused, nothing rewritten")
     assert manifest["extra"]["dataset_version"] == index["version"]
 
     # a retrained tokenizer (another vocabulary): a new version; the old one keeps its own

@@ -27,6 +27,7 @@ from typing import Any, Iterable, Iterator, Optional, Sequence
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
@@ -217,9 +218,26 @@ class FilterFileFn(beam.DoFn):
                 for reason, n in zip(*np.unique(dropped.column("reason").to_numpy(zero_copy_only=False),
                                                 return_counts=True)):
                     self._counters.rejected_many(str(reason), int(n))
+                fragments = fragment_duplicates(dropped)
+                if fragments:
+                    self._counters.inc(FRAGMENT_COUNTER, fragments)
                 yield beam.pvalue.TaggedOutput(REJECTED, dropped)
         if seen != counts[0]:
             raise RuntimeError(f"{self._files[file]}: read {seen} rows, its {self.WHAT} were computed over {counts[0]}")
+
+
+# Counted beside duplicate_url (the run's table shows it): documents dropped as URL
+# duplicates whose URL has a #fragment, e.g. a book's chapters at book.html#ch1, #ch2, ...:
+# URL normalisation drops the fragment, so they are one URL; the count says so.
+FRAGMENT_COUNTER = "duplicate_url_fragment"
+
+
+def fragment_duplicates(rejected: pa.Table) -> int:
+    """Rows of ``rejected`` dropped as ``duplicate_url`` whose URL has a non-empty ``#fragment``."""
+    if "url" not in rejected.column_names or "reason" not in rejected.column_names:
+        return 0
+    urls = pc.filter(rejected.column("url"), pc.equal(rejected.column("reason"), DedupReason.DUPLICATE_URL.value))
+    return int(pc.sum(pc.match_substring_regex(urls, r"#.")).as_py() or 0)
 
 
 class _FilterFileFn(FilterFileFn):
