@@ -16,7 +16,7 @@ from pipelines.manifest import read_manifest
 from pipelines.run import main
 from transforms.doc import Doc, RawRecord, document_id, stable_id
 from transforms.extract.extract import record_doc_id
-from transforms.readers.tabular import TextFields, iter_jsonl, iter_parquet
+from transforms.readers.tabular import TextFields, iter_jsonl
 
 
 _WORDS = ("river", "stone", "garden", "window", "lantern", "harbor", "meadow", "copper", "violet",

@@ -9,7 +9,6 @@ import glob
 import io
 import json
 import re
-import time
 from datetime import datetime, timedelta, timezone
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -181,7 +180,7 @@ def test_review_loop_end_to_end(tmp_path):
 
     # active learning: retrain on seed + human labels → new CURRENT version with a report
     old = Labeller.load(data.model_dir).version
-    with contextlib.redirect_stdout(io.StringIO()) as buf:
+    with contextlib.redirect_stdout(io.StringIO()):
         assert labeller_main(["retrain", "--config", config, "--set", "language", "--seed", data.seed,
                               "--minn", "2", "--maxn", "4", "--allow-uncalibrated"]) == 0  # 75 examples
     new = Labeller.load(data.model_dir)

@@ -14,7 +14,7 @@ import pytest
 from pipelines.run import main
 from tests.conftest import shared
 from tests.httpsite import UTF8_TEXT, Site
-from transforms.doc import DOC_SCHEMA, FAILED_SCHEMA, REJECTED_SCHEMA
+from transforms.doc import DOC_SCHEMA
 
 
 def read_rows(pattern: str) -> list[dict]:
