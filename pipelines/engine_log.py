@@ -4,10 +4,10 @@ A run on Flink or Spark printed the job server's Java stack traces, Beam's runne
 and the SDK harness's tracebacks among our progress lines (250+ lines for a run that
 ended well). While ``engine_log`` is open, every record of Beam's loggers (``apache_beam``,
 at the level the run sets: WARNING) and every line of the job server JVM
-(``tokenfactory.jobserver``) goes to
-``<output>/logs/engine-<UTC time>.log`` instead, and the SDK worker pool writes its output
-there too. The console keeps our own lines; the run prints the file's path at its end and,
-when a stage fails, the file's last relevant lines (errors, exceptions, ``Caused by``).
+(``tokenfactory.jobserver``) goes to ``<output>/logs/engine-<UTC time>.log`` instead; the
+SDK worker pool and FnApiRunner's ``multi_processing`` workers write their output there
+too. The console keeps our own lines; the run prints the file's path at its end and, when
+a stage fails, the file's last relevant lines (errors, exceptions, ``Caused by``).
 
 An output on an object store gets the file when the run ends (it is written locally
 first, under the temporary directory).
@@ -19,11 +19,12 @@ import contextlib
 import logging
 import os
 import re
+import shlex
 import tempfile
 from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 __all__ = ["ENGINE_LOGGERS", "EngineLog", "engine_log", "relevant_lines"]
 
@@ -146,6 +147,7 @@ def engine_log(output: str, filters: Sequence[logging.Filter] = ()) -> Iterator[
     root_handlers = list(logging.getLogger().handlers)
     for h in root_handlers:
         h.addFilter(diverted)
+    _send_subprocess_workers_here()
     _ACTIVE.append(log)
     try:
         yield log
@@ -160,6 +162,33 @@ def engine_log(output: str, filters: Sequence[logging.Filter] = ()) -> Iterator[
         handler.close()
         if log.final != log.path and os.path.exists(log.path):
             _copy_out(log.path, log.final)
+
+
+def _send_subprocess_workers_here() -> None:
+    """FnApiRunner's ``multi_processing`` SDK workers are shell commands that inherit this
+    process's stderr (each printed Beam's import notices and its INFO lines on the
+    console): while an engine log is open, their output is appended to it. Patched once
+    per process on Beam's ``SubprocessSdkWorker``; without an open log nothing changes."""
+    from apache_beam.runners.portability import local_job_service
+
+    worker = local_job_service.SubprocessSdkWorker
+    if getattr(worker, "_tokenfactory_engine_log", False):
+        return
+    original = worker.__init__
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        log = active()
+        if log is None:
+            return
+        try:
+            os.makedirs(os.path.dirname(log.path), exist_ok=True)
+        except OSError:
+            return  # the worker keeps the console
+        self._worker_command_line += f" >>{shlex.quote(log.path)} 2>&1"
+
+    worker.__init__ = __init__
+    worker._tokenfactory_engine_log = True
 
 
 def active() -> "EngineLog | None":

@@ -114,3 +114,29 @@ def test_mavens_error_is_quoted_plainly() -> None:
     assert _last_error(done) == ("Failed to execute goal: Could not find artifact "
                                  "org.apache.beam:beam-runners-flink-1.19-job-server:jar:2.62.0")
     assert _last_error(subprocess.CompletedProcess([], 1, stdout="", stderr="")) == "no output"
+
+
+def test_direct_mp_workers_write_to_the_engine_log_not_the_console(tmp_path: Path, capfd) -> None:
+    """FnApiRunner's multi_processing SDK workers are shell commands with this process's
+    stderr: each printed Beam's import notice and its INFO lines on the console."""
+    import json
+
+    from pipelines.run import main
+
+    data = tmp_path / "docs.jsonl"
+    data.write_text("".join(json.dumps({"id": f"d{i}", "text": f"document number {i} " * 30}) + "\n"
+                            for i in range(6)))
+    config = tmp_path / "job.yaml"
+    config.write_text(f"output: {tmp_path / 'out'}\ninputs:\n  - {{format: jsonl, path: \"{data}\"}}\n"
+                      "stages: [extract]\nbeam_args: []\n")
+    capfd.readouterr()
+    out = io.StringIO()
+    assert main(["--config", str(config), "--engine", "direct-mp", "--no-progress", "--no-report"], out=out) == 0
+    console = capfd.readouterr()
+    noise = [line for line in (console.out + console.err).splitlines()
+             if "apitools" in line or "sdk_worker" in line or "INFO:__main__" in line]
+    assert noise == [], noise[:5]
+    [log] = (tmp_path / "out" / "logs").glob("engine-*.log")
+    text = log.read_text()
+    assert "Python sdk harness starting" in text  # the workers' own lines, in the file
+    assert f"engine log: {log}" in out.getvalue()
