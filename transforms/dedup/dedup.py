@@ -25,6 +25,7 @@ from enum import Enum
 from typing import Any, Iterable, Iterator, Optional
 
 import apache_beam as beam
+from apache_beam.metrics import Metrics
 
 from transforms.crawl.urls import normalize_url
 from transforms.dedup.components import Edge, doc_id_of, node_key
@@ -146,12 +147,20 @@ def text_key(doc: Doc) -> str:
     return hashlib.sha1(normalize_for_dedup(doc.text).encode("utf-8")).hexdigest()
 
 
+# Counted beside duplicate_url (the run's table shows it): documents dropped as URL
+# duplicates whose URL has a #fragment, e.g. a book's chapters at book.html#ch1, #ch2, ...:
+# URL normalisation drops the fragment, so they are one URL; the count says so.
+FRAGMENT_COUNTER = "duplicate_url_fragment"
+FRAGMENT_PATTERN = r"#."  # a '#' with something after it (an empty fragment is no fragment)
+
+
 class _KeepFirstFn(beam.DoFn):
     """In a group of duplicates keep the first by ``DedupConfig.node``, reject the rest."""
 
-    def __init__(self, config: DedupConfig, reason: DedupReason) -> None:
+    def __init__(self, config: DedupConfig, reason: DedupReason, stage: str = "dedup_exact") -> None:
         self._config = config
         self._reason = reason
+        self._fragments = Metrics.counter(stage, FRAGMENT_COUNTER)
 
     def process(self, group: tuple[str, Iterable[Doc]]) -> Iterator[Any]:
         if group[0].startswith(NO_URL_KEY):
@@ -160,6 +169,8 @@ class _KeepFirstFn(beam.DoFn):
         docs = sorted(group[1], key=self._config.node)
         yield docs[0]
         for doc in docs[1:]:
+            if self._reason is DedupReason.DUPLICATE_URL and re.search(FRAGMENT_PATTERN, doc.url or ""):
+                self._fragments.inc()
             yield beam.pvalue.TaggedOutput(REJECTED, Rejected(doc, self._reason.value, f"duplicate of {docs[0].id}"))
 
 
@@ -193,7 +204,7 @@ class ExactDedup(beam.PTransform):
             out = (current
                    | f"KeyBy{name}" >> beam.Map(lambda d, k=key: (k(d), d))
                    | f"Group{name}" >> beam.GroupByKey()
-                   | f"Keep{name}" >> beam.ParDo(_KeepFirstFn(self._config, reason)).with_outputs(
+                   | f"Keep{name}" >> beam.ParDo(_KeepFirstFn(self._config, reason, stage)).with_outputs(
                        REJECTED, main="kept"))
             current = out["kept"]
             # counted before the Flatten: a counter after it runs once per branch, and

@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from transforms.dedup.dedup import DedupConfig, DedupReason
+from transforms.dedup.dedup import FRAGMENT_COUNTER, FRAGMENT_PATTERN, DedupConfig, DedupReason
 from transforms.dedup.exact_keys import (KEY_WORDS, KeyChunk, Rejections, by_bucket, concat, decide,
                                          rejections_by_file, text_keys, url_keys)
 from transforms.dedup.exact_rows import conform, split_rows
@@ -226,18 +226,12 @@ class FilterFileFn(beam.DoFn):
             raise RuntimeError(f"{self._files[file]}: read {seen} rows, its {self.WHAT} were computed over {counts[0]}")
 
 
-# Counted beside duplicate_url (the run's table shows it): documents dropped as URL
-# duplicates whose URL has a #fragment, e.g. a book's chapters at book.html#ch1, #ch2, ...:
-# URL normalisation drops the fragment, so they are one URL; the count says so.
-FRAGMENT_COUNTER = "duplicate_url_fragment"
-
-
 def fragment_duplicates(rejected: pa.Table) -> int:
     """Rows of ``rejected`` dropped as ``duplicate_url`` whose URL has a non-empty ``#fragment``."""
     if "url" not in rejected.column_names or "reason" not in rejected.column_names:
         return 0
     urls = pc.filter(rejected.column("url"), pc.equal(rejected.column("reason"), DedupReason.DUPLICATE_URL.value))
-    return int(pc.sum(pc.match_substring_regex(urls, r"#.")).as_py() or 0)
+    return int(pc.sum(pc.match_substring_regex(urls, FRAGMENT_PATTERN)).as_py() or 0)
 
 
 class _FilterFileFn(FilterFileFn):
