@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
+import json
 import logging
 from typing import Any, Optional
 
@@ -38,16 +39,30 @@ def detector_thresholds(clean: Any) -> dict[str, Optional[float]]:
     if not clean.anomaly.model:
         return out
     try:
-        from transforms.clean.detect import load_detector
-
-        detector = load_detector(clean.anomaly)
+        meta = artifact_meta(clean.anomaly.model, clean.anomaly.version)
+        threshold = float(meta["threshold"])
+        per_detector = [float(v) for v in meta["detector_thresholds"]]
     except Exception as exc:  # a missing or retrained artifact must not stop the report
         _LOGGER.warning("report: no anomaly thresholds from %s: %s", clean.anomaly.model, exc)
         return out
     if out["combined"] is None:
-        out["combined"] = float(detector.threshold)
-    out.update({name: float(v) for name, v in zip(DETECTOR_FIELDS, detector.detector_thresholds)})
+        out["combined"] = threshold
+    out.update({name: v for name, v in zip(DETECTOR_FIELDS, per_detector)})
     return out
+
+
+def artifact_meta(model_dir: str, version: str = "") -> dict[str, Any]:
+    """The ``meta.json`` of the detector version the clean stage uses (``CURRENT`` without
+    ``version``), read as JSON: the report needs its thresholds only, and loading the
+    detector imports torch (~2 CPU-s of the demo's report, 2026-12-07)."""
+    from models.files import local_copy, read_current
+
+    version = version or read_current(model_dir, "no trained anomaly detector (no CURRENT)")
+    with open(local_copy(f"{model_dir.rstrip('/')}/{version}/meta.json"), encoding="utf-8") as fh:
+        meta = json.load(fh)
+    if not isinstance(meta, dict):
+        raise ValueError(f"{model_dir}/{version}/meta.json: not a JSON object")
+    return meta
 
 
 def _value(scores: Optional[dict[str, Any]], name: str) -> float:

@@ -200,6 +200,15 @@ def test_anomaly_threshold_from_the_model_artifact(tmp_path, clean_models):
     broken = dataclasses.replace(config, clean=dataclasses.replace(
         config.clean, anomaly=dataclasses.replace(config.clean.anomaly, model=str(tmp_path / "gone.pt"))))
     assert report.config_thresholds(broken)["anomaly"] is None  # logged, not raised
+    # read from meta.json: the report never imports torch for them
+    import subprocess
+    import sys
+
+    script = ("import sys; from pipelines import report; from pipelines.config import load_config; "
+              f"t = report.config_thresholds(load_config({config.source_file!r}, check_models=False)); "
+              "assert t['anomaly'] is not None; print('torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=str(tmp_path))
+    assert done.returncode == 0 and done.stdout.strip() == "False", done.stderr[-2000:]
 
 
 def test_hostile_strings_are_escaped(synthetic):
