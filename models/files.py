@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import tempfile
+from typing import Any
 
 import fsspec
 
 _LOGGER = logging.getLogger(__name__)
 
-__all__ = ["CACHE_DIR", "CURRENT", "ModelError", "local_copy", "read_current", "sha256_file"]
+__all__ = ["CACHE_DIR", "CURRENT", "ModelError", "local_copy", "read_current", "read_version_meta", "sha256_file"]
 
 CACHE_DIR = os.environ.get("TOKENFACTORY_MODEL_CACHE",
                            os.path.join(os.path.expanduser("~"), ".cache", "tokenfactory", "models"))
@@ -68,3 +70,19 @@ def read_current(model_dir: str, missing: str) -> str:
     if not version:
         raise ModelError(f"{model_dir}/{CURRENT} is empty")
     return version
+
+
+def read_version_meta(model_dir: str, version: str = "") -> tuple[str, dict[str, Any]]:
+    """(version, its ``meta.json``) of a versioned model directory (``CURRENT`` without
+    ``version``), read as JSON without loading the model. ``ModelError`` when there is no
+    such version or its metadata is not a JSON object."""
+    version = version or read_current(model_dir, "no CURRENT version")
+    path = f"{model_dir.rstrip('/')}/{version}/meta.json"
+    try:
+        with open(local_copy(path), encoding="utf-8") as fh:
+            meta = json.load(fh)
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"{path}: unreadable model metadata: {exc}") from exc
+    if not isinstance(meta, dict):
+        raise ModelError(f"{path}: not a JSON object")
+    return version, meta

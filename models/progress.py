@@ -14,12 +14,13 @@ import threading
 import time
 from typing import Any, Optional, TextIO
 
-__all__ = ["Steps", "Working", "format_steps"]
+__all__ = ["Steps", "Working", "duration", "format_steps"]
 
 PLAIN_EVERY_S = 10.0  # seconds between plain lines when the output is not a terminal
 
 
-def _duration(seconds: float) -> str:
+def duration(seconds: float) -> str:
+    """``h:mm:ss`` (the progress lines of training and of the stages)."""
     seconds = int(seconds)
     return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
 
@@ -30,11 +31,11 @@ def format_steps(desc: str, done: int, total: int, elapsed: float, unit: str = "
     rate = done / elapsed if elapsed > 0 else 0.0
     line = f"{desc}: {done:,}/{total:,} {unit}s ({rate:,.1f}/s"
     if 0 < done < total and rate > 0:
-        line += f", ETA {_duration((total - done) / rate)}"
+        line += f", ETA {duration((total - done) / rate)}"
     line += ")"
     if postfix:
         line += f" {postfix}"
-    return line + f" [{_duration(elapsed)}]"
+    return line + f" [{duration(elapsed)}]"
 
 
 def _is_tty(out: TextIO) -> bool:
@@ -109,7 +110,7 @@ class Working:
         self._shown = False
 
     def _emit(self, final: bool = False) -> None:
-        line = f"{self.desc}: {'done in' if final else 'running'} {_duration(time.monotonic() - self._start)}"
+        line = f"{self.desc}: {'done in' if final else 'running'} {duration(time.monotonic() - self._start)}"
         if self.tty:
             self.out.write("\r" + line + "\x1b[K" + ("\n" if final else ""))
         else:

@@ -76,16 +76,13 @@ def training_key(corpus: Sequence[str], reference: Sequence[str], params: Any, s
 def trained_version(model_dir: str, key: str) -> str:
     """The ``CURRENT`` version of ``model_dir`` when it was trained with ``key`` (its
     meta.json says so and its files are there), else ''."""
-    from models.files import CURRENT
+    from models.files import ModelError, read_version_meta
 
     try:
-        with open(os.path.join(model_dir, CURRENT), encoding="utf-8") as fh:
-            version = fh.read().strip()
-        with open(os.path.join(model_dir, version, "meta.json"), encoding="utf-8") as fh:
-            meta = json.load(fh)
-    except (OSError, ValueError):
+        version, meta = read_version_meta(model_dir)
+    except ModelError:
         return ""
-    training = meta.get("training") if isinstance(meta, dict) else None
+    training = meta.get("training")
     files_there = all(os.path.exists(os.path.join(model_dir, version, name))
                       for name in ("tokenizer.model", "lm.pt", "autoencoders.pt"))
     return version if isinstance(training, dict) and training.get("key") == key and files_there else ""

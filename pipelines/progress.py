@@ -15,11 +15,8 @@ import time
 from collections import Counter
 from typing import Optional, TextIO
 
+from models.progress import duration
 from transforms.progress import reset, snapshot
-
-def _duration(seconds: float) -> str:
-    seconds = int(seconds)
-    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
 
 
 def format_line(stage: str, counts: Counter, elapsed: float, total_bytes: Optional[int]) -> str:
@@ -30,8 +27,8 @@ def format_line(stage: str, counts: Counter, elapsed: float, total_bytes: Option
         done = min(counts["bytes"] / total_bytes, 1.0)
         line += f"  {100 * done:5.1f}% of input"
         if 0 < done < 1:
-            line += f"  ETA {_duration(elapsed * (1 - done) / done)}"
-    return line + f"  [{_duration(elapsed)}]"
+            line += f"  ETA {duration(elapsed * (1 - done) / done)}"
+    return line + f"  [{duration(elapsed)}]"
 
 
 class ProgressLine:

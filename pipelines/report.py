@@ -138,7 +138,11 @@ def table_thresholds(clean: Any, lang: str) -> dict[str, list[dict[str, Any]]]:
     leaves ``lang`` unchecked."""
     if clean.rules_languages and lang not in clean.rules_languages:
         return {}
-    rules = rules_for(clean.rules, "" if lang == "en" else lang, True, lang not in NO_PUNCTUATION_LANGUAGES)
+    return _marks(rules_for(clean.rules, "" if lang == "en" else lang, True, lang not in NO_PUNCTUATION_LANGUAGES))
+
+
+def _marks(rules: Any) -> dict[str, list[dict[str, Any]]]:
+    """Per signal, the thresholds ``rules`` set (flag rules and switched-off limits have none)."""
     marks: dict[str, list[dict[str, Any]]] = {}
     for rule in rules.table:
         value = threshold(rules, rule)
@@ -159,15 +163,8 @@ def config_thresholds(config: Any, tables_wanted: Sequence[str] = ()) -> dict[st
     clean = getattr(config, "clean", None)
     if clean is None:
         return {"signals": {}, "lang_score": None, "anomaly": None, "anomaly_detectors": {}}
-    signals: dict[str, list[dict[str, Any]]] = {}
-    for rule in clean.rules.table:
-        value = threshold(clean.rules, rule)
-        if rule.direction is not Direction.FLAG and value is not None:
-            signals.setdefault(rule.signal, []).append({
-                "value": float(value), "kind": rule.direction.value, "rule": f"{rule.family}.{rule.key}",
-                "active": rule.family in clean.rules.families})
     anomaly = detector_thresholds(clean)
-    return {"signals": signals, "signals_by_table": {lang: table_thresholds(clean, lang) for lang in language_tables()
+    return {"signals": _marks(clean.rules), "signals_by_table": {lang: table_thresholds(clean, lang) for lang in language_tables()
                                                     if lang == "en" or lang in tables_wanted},
             "lang_score": float(clean.langid.threshold),
             "anomaly": anomaly["combined"], "anomaly_detectors": anomaly,

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
-import json
 import logging
 from typing import Any, Optional
 
@@ -55,14 +54,9 @@ def artifact_meta(model_dir: str, version: str = "") -> dict[str, Any]:
     """The ``meta.json`` of the detector version the clean stage uses (``CURRENT`` without
     ``version``), read as JSON: the report needs its thresholds only, and loading the
     detector imports torch (~2 CPU-s of the demo's report, 2026-12-07)."""
-    from models.files import local_copy, read_current
+    from models.files import read_version_meta
 
-    version = version or read_current(model_dir, "no trained anomaly detector (no CURRENT)")
-    with open(local_copy(f"{model_dir.rstrip('/')}/{version}/meta.json"), encoding="utf-8") as fh:
-        meta = json.load(fh)
-    if not isinstance(meta, dict):
-        raise ValueError(f"{model_dir}/{version}/meta.json: not a JSON object")
-    return meta
+    return read_version_meta(model_dir, version)[1]
 
 
 def _value(scores: Optional[dict[str, Any]], name: str) -> float:

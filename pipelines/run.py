@@ -121,6 +121,7 @@ def format_table(reports: Sequence[StageReport], total: Optional[tuple[float, fl
 
 
 def _shown_path(path: str) -> str:
+    """A printed path: local ones absolute, URLs with their credentials masked."""
     return os.path.abspath(path) if "://" not in path else redact_url(path)
 
 
@@ -162,7 +163,7 @@ def review_queue_line(output: str, reports: Sequence[StageReport]) -> str:
     queue = str(manifest.extra.get("review_queue", "")) if manifest is not None else ""
     if not queued or not queue:
         return "review queue: none (no uncertain document to queue)"
-    shown = os.path.abspath(queue) if "://" not in queue else redact_url(queue)
+    shown = _shown_path(queue)
     return (f"review queue: {shown} ({queued} documents)\n"
             f"  review them: python -m pipelines.review serve --queue {shown} --out answers.jsonl")
 
@@ -177,8 +178,7 @@ def write_run_report(config: JobConfig) -> str:
     except Exception:  # the report is a view of the outputs, not one of them
         _LOGGER.exception("run report failed (the stages' outputs are complete)")
         return "report: failed, see the log (python -m pipelines.report regenerates it)"
-    local = "://" not in path
-    return f"report: {os.path.abspath(path) if local else path}"
+    return f"report: {_shown_path(path)}"
 
 
 class RedactingFilter(logging.Filter):
