@@ -654,3 +654,5 @@ def test_did_you_mean_names_the_closest_only_when_close() -> None:
     assert did_you_mean("colour", ["threshold", "languages"]) == ""
     assert did_you_mean(1, ["threshold"]) == ""  # a YAML key that is not a string
     assert did_you_mean("max_word", ["max_words", "min_words"]) == " (did you mean 'max_words'?)"  # the closest
+    assert did_you_mean("abcxy", ["abcde"]) == " (did you mean 'abcde'?)"  # ratio 0.6: the cutoff, kept
+    assert did_you_mean("abxy", ["abcd"]) == ""  # ratio 0.5: below it

@@ -277,3 +277,12 @@ def test_url_duplicates_that_differ_by_a_fragment_are_counted_as_such(tmp_path):
     assert manifest.counts.rejected_by_reason == {"duplicate_url": 5}
     assert manifest.extra["counters"]["duplicate_url_fragment"] == 3  # ch1..ch3 (ch0 is kept)
     assert "duplicate_url_fragment=3" in table.getvalue()
+
+
+def test_only_url_duplicates_with_a_fragment_are_counted():
+    from transforms.dedup.exact_files import fragment_duplicates
+
+    table = pa.table({"reason": ["duplicate_url", "duplicate_url", "duplicate_text", "duplicate_url", "duplicate_url"],
+                      "url": ["http://a/b#c", "http://a/b#", "http://a/b#c", None, "http://a/b"]})
+    assert fragment_duplicates(table) == 1  # not an empty fragment, another reason, no URL or no '#'
+    assert fragment_duplicates(table.drop(["url"])) == 0

@@ -169,6 +169,20 @@ def test_signals_are_drawn_with_the_thresholds_of_the_table_that_judged_them(syn
     assert report.config_thresholds(only_en, ["en", "de"])["signals_by_table"]["de"] == {}
 
 
+def test_table_groups_are_english_the_largest_others_then_other():
+    def group(n: int) -> dict:
+        h = report.Histogram(np.linspace(0, 1, 3))
+        h.add(np.zeros(n), "kept")
+        return {"words": h}
+
+    by_table = {"other": group(50), "de": group(9), "fr": group(7), "es": group(7), "it": group(3), "nl": group(2),
+                "pt": group(1), "en": group(1)}
+    top = report._top_tables(by_table)
+    # 6 in all: English first whatever its size, 4 others by size (ties by code), "other" last
+    assert list(top) == ["en", "de", "es", "fr", "it", "other"] and report.MAX_TABLE_GROUPS == 6
+    assert top["de"]["docs"] == 9 and top["other"]["docs"] == 50
+
+
 def test_components_and_tokens(synthetic):
     comp = report.collect_components(str(synthetic))
     assert comp["sizes"] == {"1": 2, "3": 1} and comp["largest"] == 3  # c1 = 3 docs; c2 and d4 alone
