@@ -30,8 +30,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from benchmarks.anomalies import sized_documents
-from benchmarks.anomaly_web import HELD_OUT_FAMILIES, Item, build_web_set
-from models.anomaly import DETECTORS, AnomalyDetector, DetectorParams, train_detector
+from benchmarks.anomaly_web import DEV_FAMILIES, HELD_OUT_FAMILIES, Item, build_web_set
+from models.anomaly import DETECTORS, AnomalyDetector, DetectorParams, lm_texts, train_detector
 from models.fasttext_models import LanguageIdentifier
 from transforms.clean.features import FEATURE_NAMES, FEATURE_SET, feature_matrix
 from transforms.clean.rules import QualityRules, first_failure
@@ -67,24 +67,83 @@ def rules_catch(signals: Sequence[Any], langs: Sequence[tuple[str, float]], rule
 
 
 def _table(scores: dict[str, np.ndarray], items: list[Item], caught: np.ndarray,
-           flagged: np.ndarray) -> list[dict[str, Any]]:
+           flagged: np.ndarray, families: tuple[str, ...] = HELD_OUT_FAMILIES,
+           pooled: str = "held-out pooled") -> list[dict[str, Any]]:
     normal = np.array([not i.anomalous for i in items])
     rows = []
-    for family in ("held-out pooled",) + HELD_OUT_FAMILIES:
-        member = (np.array([i.anomalous for i in items]) if family == "held-out pooled"
+    passed_pool = "rule-passed pooled"  # what the detector decides on: documents the rules pass
+    for family in (pooled, passed_pool) + families:
+        member = (np.array([i.anomalous for i in items]) if family in (pooled, passed_pool)
                   else np.array([i.family == family for i in items]))
-        mask = member | normal
+        mask = (member | normal) & (~caught if family == passed_pool else True)
+        if family == passed_pool:
+            member = member & ~caught
         y = member[mask].astype(int)
         row: dict[str, Any] = {"family": family, "docs": int(member.sum())}
         for name, s in scores.items():
-            row[f"{name}_auroc"] = auroc(s[mask], y)
-            row[f"{name}_pr_auc"] = pr_auc(s[mask], y)
+            finite = np.isfinite(s[mask])  # a detector does not score a language without a centre
+            if finite.all() or (0 < y[finite].sum() < finite.sum()):
+                row[f"{name}_auroc"] = auroc(s[mask][finite], y[finite])
+                row[f"{name}_pr_auc"] = pr_auc(s[mask][finite], y[finite])
         row["rules_catch"] = float(caught[member].mean())
         row["detector_flags"] = float(flagged[member].mean())
         passed = member & ~caught
         row["detector_flags_rule_passed"] = float(flagged[passed].mean()) if passed.any() else None
         rows.append(row)
     return rows
+
+
+def source_table(items: list[Item], caught: np.ndarray, flagged: np.ndarray) -> list[dict[str, Any]]:
+    """Per normal source (article bodies, WARC pages, each Leipzig language): documents,
+    the share the rules drop, and the share of the rule-passed ones the detector flags
+    (the issue's <= 2% each); then the rule-passed junk the detector flags (>= 50%)."""
+    rows = []
+    normal = np.array([not i.anomalous for i in items])
+    sources = sorted({i.source for i in items if not i.anomalous}, key=lambda s: (s.startswith("leipzig"), s))
+    for source in ["all normal"] + sources:
+        member = normal & (np.array([i.source == source for i in items]) if source != "all normal" else True)
+        passed = member & ~caught
+        rows.append({"source": source, "docs": int(member.sum()), "rules_drop": float(caught[member].mean()),
+                     "rule_passed": int(passed.sum()),
+                     "flagged": float(flagged[passed].mean()) if passed.any() else None,
+                     "flagged_count": int(flagged[passed].sum())})
+    junk = ~normal & ~caught
+    rows.append({"source": "junk (all families)", "docs": int((~normal).sum()),
+                 "rules_drop": float(caught[~normal].mean()), "rule_passed": int(junk.sum()),
+                 "flagged": float(flagged[junk].mean()) if junk.any() else None,
+                 "flagged_count": int(flagged[junk].sum())})
+    return rows
+
+
+def cached_lm(reference: list[str], params: DetectorParams, seed: int, cache: str) -> Any:
+    """The language model for ``reference`` from ``cache`` (keyed on the texts, the LM
+    settings and the seed), trained and stored there when absent: benchmark iterations on
+    everything after the language model reuse it. None without a cache directory."""
+    import dataclasses
+    import hashlib
+    import os
+
+    import torch
+
+    from models.textlm import lm_from_state, train_lm
+
+    if not cache:
+        return None
+    texts = lm_texts(reference, params)
+    digest = hashlib.sha256(json.dumps([dataclasses.asdict(params.lm), seed]).encode())
+    for t in texts:
+        digest.update(hashlib.sha256(t.encode("utf-8", "surrogatepass")).digest())
+    base = os.path.join(cache, digest.hexdigest()[:16])
+    if os.path.exists(os.path.join(base, "lm.pt")):
+        with open(os.path.join(base, "tokenizer.model"), "rb") as fh:
+            proto = fh.read()
+        return lm_from_state(proto, torch.load(os.path.join(base, "lm.pt"), weights_only=True), params.lm, base)
+    lm = train_lm(texts, params.lm, seed)
+    os.makedirs(base, exist_ok=True)
+    with open(os.path.join(base, "tokenizer.model"), "wb") as fh:
+        fh.write(lm.tokenizer_proto)
+    torch.save(lm.net.state_dict(), os.path.join(base, "lm.pt"))
+    return lm
 
 
 def best_signal(x: np.ndarray, y: np.ndarray) -> tuple[str, float]:
@@ -145,9 +204,20 @@ def caught_only_by_detector(detector: AnomalyDetector, lid: LanguageIdentifier) 
     return out + [{"pages": len(pages), "rules_pass": int((~caught).sum())}]
 
 
-def evaluate(seed: int = 0, steps: int = 0) -> dict[str, Any]:
-    from benchmarks.kenlm_peer import trained_peer
+def kenlm_available() -> bool:
+    try:
+        import kenlm  # noqa: F401
 
+        from benchmarks.kenlm_peer import find_lmplz
+
+        find_lmplz()
+        return True
+    except (ImportError, FileNotFoundError):
+        return False
+
+
+def evaluate(seed: int = 0, steps: int = 0, lm_cache: str = "", kenlm: bool = True,
+             dump: str = "") -> dict[str, Any]:
     t_start = time.time()
     web = build_web_set(DATA, seed=seed)
     lid = LanguageIdentifier.load(str(DATA / "models" / "lid.176.ftz"))
@@ -161,9 +231,13 @@ def evaluate(seed: int = 0, steps: int = 0) -> dict[str, Any]:
         params = DetectorParams(lm=dataclass_replace(params.lm, steps=steps))
     detector = train_detector(web.reference, ref_langs, feature_matrix([compute_signals(t) for t in web.reference]),
                               [i.text for i in dev], dev_langs, feature_matrix(dev_signals),
-                              FEATURE_NAMES, FEATURE_SET, params, seed, corpus_kept=dev_kept)
+                              FEATURE_NAMES, FEATURE_SET, params, seed, corpus_kept=dev_kept,
+                              lm=cached_lm(web.reference, params, seed, lm_cache))
     t_trained = time.time()
-    peer, tmp = trained_peer(web.reference, seed)
+    dev_scores = detector.score([i.text for i in dev], feature_matrix(dev_signals), dev_langs)
+    dev_named = {"combined": dev_scores.combined, **{d: dev_scores.detectors[:, j] for j, d in enumerate(DETECTORS)}}
+    dev_rows = _table(dev_named, dev, ~dev_kept, dev_scores.combined > detector.threshold, DEV_FAMILIES,
+                      "development pooled")
     test_texts = [i.text for i in test]
     test_signals = [compute_signals(t) for t in test_texts]
     test_lid = lid.predict(test_texts)
@@ -174,9 +248,22 @@ def evaluate(seed: int = 0, steps: int = 0) -> dict[str, Any]:
     column = x[:, FEATURE_NAMES.index(name)]
     signal_score = column if auroc(column, y) >= 0.5 else -column
     named = {"combined": scores.combined, **{d: scores.detectors[:, j] for j, d in enumerate(DETECTORS)},
-             "kenlm": np.log(peer.perplexity(test_texts)), "best_signal": signal_score}
+             "best_signal": signal_score}
+    if kenlm:
+        from benchmarks.kenlm_peer import trained_peer
+
+        peer, tmp = trained_peer(web.reference, seed)
+        named["kenlm"] = np.log(peer.perplexity(test_texts))
+        tmp.cleanup()
     caught = rules_catch(test_signals, test_lid, QualityRules())
     flagged = scores.combined > detector.threshold
+    if dump:  # every document's scores, for choosing a combination on the development split
+        np.savez_compressed(dump, **{f"{split}_{k}": v for split, items_, sc, langs_, caught_ in (
+            ("dev", dev, dev_scores, dev_langs, ~dev_kept), ("test", test, scores, [g for g, _ in test_lid], caught))
+            for k, v in (("z", sc.detectors), ("combined", sc.combined), ("caught", caught_),
+                         ("family", np.array([i.family for i in items_])),
+                         ("source", np.array([i.source for i in items_])),
+                         ("lang", np.array(langs_)))}, threshold=detector.threshold)
     normal = y == 0
     result = {
         "documents": {"dev": len(dev), "test": len(test), "reference": len(web.reference),
@@ -187,11 +274,13 @@ def evaluate(seed: int = 0, steps: int = 0) -> dict[str, Any]:
         "test_normal_flagged": float(flagged[normal].mean()),
         "test_normal_rules_drop": float(caught[normal].mean()),
         "families": _table(named, test, caught, flagged),
+        "development": dev_rows,
+        "sources": source_table(test, caught, flagged),
+        "reference_languages": {lang: ref_langs.count(lang) for lang in sorted(set(ref_langs))},
         "train_seconds": t_trained - t_start, "seed": seed, "lm_steps": params.lm.steps,
         "speed": speed(detector, lid),
         "caught_only_by_detector": caught_only_by_detector(detector, lid),
     }
-    tmp.cleanup()
     return result
 
 
@@ -201,18 +290,34 @@ def dataclass_replace(obj: Any, **changes: Any) -> Any:
     return dataclasses.replace(obj, **changes)
 
 
-def report(result: dict[str, Any]) -> str:
-    names = ("combined", "kenlm", "best_signal") + DETECTORS
-    lines = [f"{result['documents']}; best single signal: {result['best_signal']}; "
-             f"threshold {result['threshold']:.3f}; N = {result['max_tokens']} tokens",
-             f"{'family':16s} {'docs':>4s} " + " ".join(f"{n[:11]:>11s}" for n in names)
+def _family_lines(rows: list[dict[str, Any]], names: tuple[str, ...]) -> list[str]:
+    lines = [f"{'family':18s} {'docs':>4s} " + " ".join(f"{n[:11]:>11s}" for n in names)
              + "   rules  flags  flags|rules-passed"]
-    for row in result["families"]:
+    for row in rows:
         passed = row["detector_flags_rule_passed"]
-        lines.append(f"{row['family']:16s} {row['docs']:4d} "
-                     + " ".join(f"{row[n + '_auroc']:.3f}/{row[n + '_pr_auc']:.2f}" for n in names)
+        lines.append(f"{row['family']:18s} {row['docs']:4d} "
+                     + " ".join(f"{row[n + '_auroc']:.3f}/{row[n + '_pr_auc']:.2f}" if n + "_auroc" in row
+                                else f"{'-':>11s}" for n in names)
                      + f"   {row['rules_catch']:.2f}   {row['detector_flags']:.2f}   "
                      + ("-" if passed is None else f"{passed:.2f}"))
+    return lines
+
+
+def report(result: dict[str, Any]) -> str:
+    names = tuple(n for n in ("combined", "kenlm", "best_signal") if n + "_auroc" in result["families"][0]) + DETECTORS
+    lines = [f"{result['documents']}; best single signal: {result['best_signal']}; "
+             f"threshold {result['threshold']:.3f}; N = {result['max_tokens']} tokens; seed {result['seed']}",
+             f"reference documents per language: {result['reference_languages']}",
+             "development families (the calibration corpus; judge changes here first):"]
+    lines += _family_lines(result["development"], ("combined",) + DETECTORS)
+    lines.append("held-out families (test split):")
+    lines += _family_lines(result["families"], names)
+    lines.append(f"{'flagged at the threshold, of the documents the rules pass':60s}")
+    lines.append(f"{'source':22s} {'docs':>5s} {'rules drop':>10s} {'passed':>6s} {'flagged':>8s}")
+    for row in result["sources"]:
+        flagged = "-" if row["flagged"] is None else f"{row['flagged']:.3f} ({row['flagged_count']})"
+        lines.append(f"{row['source']:22s} {row['docs']:5d} {row['rules_drop']:10.2f} {row['rule_passed']:6d} "
+                     f"{flagged:>8s}")
     lines.append(f"test web documents flagged: {result['test_normal_flagged']:.3f}, dropped by the "
                  f"rules: {result['test_normal_rules_drop']:.3f}")
     sp = result["speed"]
@@ -232,10 +337,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--steps", type=int, default=0, help="language-model steps (default: DetectorParams)")
     parser.add_argument("--out", default=None, help="write the result as JSON here")
+    parser.add_argument("--lm-cache", default="", help="reuse language models trained on the same reference, "
+                        "settings and seed from this directory (iterating on what follows the model)")
+    parser.add_argument("--no-kenlm", action="store_true", help="leave the KenLM peer out")
+    parser.add_argument("--dump", default="", help="write every document's scores here (.npz)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, force=True)
     logging.getLogger("apache_beam").setLevel(logging.WARNING)
-    result = evaluate(args.seed, args.steps)
+    kenlm = not args.no_kenlm and kenlm_available()
+    if not args.no_kenlm and not kenlm:
+        _LOGGER.warning("KenLM peer left out: kenlm or lmplz missing (benchmarks/setup_kenlm.sh needs Boost)")
+    result = evaluate(args.seed, args.steps, args.lm_cache, kenlm, args.dump)
     sys.stdout.write(report(result) + "\n")
     if args.out:
         with open(args.out, "w", encoding="utf-8") as fh:

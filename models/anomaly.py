@@ -8,7 +8,7 @@
 * ``signals``: an autoencoder over the document's quality signals (an explicit,
   versioned feature list), trained on the reference and the corpus sample's documents
   that the rules keep (unlabelled, contamination unknown: trimmed loss); log
-  reconstruction error.
+  reconstruction error, centred per language.
 * ``context``: the language model's NLL per byte minus the NLL per byte of the same
   tokens under the reference's unigram distribution (``models/textlm.py``), centred per
   language: how little the context predicted beyond the pieces' own frequencies (word
@@ -16,15 +16,20 @@
 
 Per-language centring (CCNet keeps one model and one set of perplexity cut-offs per
 language): a share of the reference (``holdout_fraction``, never trained on) gives each
-language's median, shrunk toward the median of all languages by ``language_prior``
-documents, and the spread. The combination: each detector's score is standardised by the
-median and interquartile range of its scores on the corpus sample's documents that the
-rules keep (the detector decides only on those: the clean stage applies it after the
+language's median and the spread. Only a language with at least ``min_language_docs``
+held-out reference documents gets a centre; a rarer or unseen language gets **no**
+score (NaN), never the centre of all languages or of another one: a Chinese page measured
+against a median of mostly European text scores 4-6 IQRs above it for being Chinese.
+Every detector here is language-dependent (the signals count words and stop words, which
+unsegmented Chinese lacks), so such a document is left to the rules (combined score 0),
+and the report says how many documents of which languages were. The combination: each detector's score is standardised
+by the median and interquartile range of its scores on the corpus sample's documents that
+the rules keep (the detector decides only on those: the clean stage applies it after the
 rules), and the combined score is the weighted mean of their positive parts (``combine``:
 a detector adds evidence only above its corpus median, so a document that is unusually
-typical to one detector does not cancel another's alarm); the threshold is the
-``1 - flag_rate`` quantile of the combined score on those documents. All of it is written
-in the artifact.
+typical to one detector does not cancel another's alarm; a missing score adds none); the
+threshold is the ``1 - flag_rate`` quantile of the combined score on those documents. All
+of it is written in the artifact.
 
 Artifacts are versioned like the labeller's (``models/labeller.py``)::
 
@@ -58,11 +63,11 @@ from models.textlm import OUTPUT_COLUMNS, LMParams, TextLM, lm_from_state, train
 _LOGGER = logging.getLogger(__name__)
 
 __all__ = ["ARTIFACT_KIND", "ARTIFACT_VERSION", "COMBINATIONS", "CURRENT", "DETECTORS", "AnomalyDetector",
-           "DetectorParams", "LanguageCentres", "Scores", "combine", "read_current", "texts_sha256",
+           "DetectorParams", "LanguageCentres", "Scores", "combine", "lm_texts", "read_current", "texts_sha256",
            "train_detector"]
 
 ARTIFACT_KIND = "tokenfactory.anomaly.detector"
-ARTIFACT_VERSION = 3  # 3: the context detector (the language model's unigram buffer)
+ARTIFACT_VERSION = 4  # 3: the context detector; 4: no centre for rare languages (no shrinkage)
 DETECTORS: tuple[str, ...] = ("perplexity", "representation", "signals", "context")
 _FILES = ("tokenizer.model", "lm.pt", "autoencoders.pt", "meta.json")
 _EPS = 1e-9
@@ -78,7 +83,9 @@ class DetectorParams:
     representation: AutoencoderParams = AutoencoderParams(hidden=(32, 8), steps=600)
     flag_rate: float = 0.05  # the share of the corpus sample above the threshold
     holdout_fraction: float = 0.15  # reference documents kept for the per-language centres
-    language_prior: float = 10.0  # documents' worth of shrinkage toward all languages
+    # held-out reference documents a language needs for its own centre; rarer languages
+    # get no language-dependent score (module docstring)
+    min_language_docs: int = 5
     # Per detector, DETECTORS order. Chosen on the development families of
     # benchmarks/bench_anomaly.py (docs/BENCHMARKS.md): the representation detector is
     # scored and written but weighted 0 (with it the development AUROC fell from 0.982 to
@@ -92,8 +99,8 @@ class DetectorParams:
             raise ValueError(f"flag_rate must be in (0, 0.5), got {self.flag_rate}")
         if not 0.0 < self.holdout_fraction < 0.5:
             raise ValueError(f"holdout_fraction must be in (0, 0.5), got {self.holdout_fraction}")
-        if self.language_prior < 0:
-            raise ValueError(f"language_prior must be >= 0, got {self.language_prior}")
+        if self.min_language_docs < 1:
+            raise ValueError(f"min_language_docs must be >= 1, got {self.min_language_docs}")
         if (len(self.weights) != len(DETECTORS) or min(self.weights) < 0 or sum(self.weights) <= 0
                 or not all(np.isfinite(self.weights))):
             raise ValueError(f"weights must be {len(DETECTORS)} finite numbers >= 0 with a positive sum "
@@ -106,34 +113,42 @@ COMBINATIONS = ("positive_mean", "mean")  # "mean": artifacts of version 2
 def combine(z: np.ndarray, weights: np.ndarray, rule: str = "positive_mean") -> np.ndarray:
     """The combined score of standardised detector scores ``z`` [n, detectors]: the
     weighted mean of their positive parts (``positive_mean``) or of the scores (``mean``,
-    what version-2 artifacts were calibrated with)."""
+    what version-2 artifacts were calibrated with). A missing score (NaN: a language
+    without its own centre) adds nothing; the divisor stays the sum of all weights, so a
+    document scored by fewer detectors is flagged less readily, never more."""
     if rule not in COMBINATIONS:
         raise ValueError(f"unknown combination {rule!r}; known: {', '.join(COMBINATIONS)}")
-    parts = np.clip(z, 0.0, None) if rule == "positive_mean" else z
+    parts = np.nan_to_num(np.clip(z, 0.0, None) if rule == "positive_mean" else z, nan=0.0)
     return parts @ weights / weights.sum()
 
 
 @dataclass(frozen=True)
 class LanguageCentres:
-    """A per-language median (shrunk toward the median of all) and one spread."""
+    """A median for each language with at least ``min_docs`` documents, and one spread
+    (the IQR of the residuals about those medians). Any other language has no centre:
+    ``apply`` gives NaN for it, never another language's median."""
 
     centres: dict[str, float]
-    default: float
     spread: float
+    docs: dict[str, int]  # the documents each language had at fitting (with a centre or not)
+    min_docs: int
 
     @classmethod
-    def fit(cls, raw: np.ndarray, langs: Sequence[str], prior: float) -> "LanguageCentres":
-        default = float(np.median(raw))
-        centres = {}
-        for lang in sorted(set(langs)):
-            values = raw[np.asarray(langs) == lang]
-            centres[lang] = float((len(values) * np.median(values) + prior * default) / (len(values) + prior))
-        residual = raw - np.array([centres[lang] for lang in langs])
-        q75, q25 = np.percentile(residual, [75, 25])
-        return cls(centres=centres, default=default, spread=float(max(q75 - q25, _EPS)))
+    def fit(cls, raw: np.ndarray, langs: Sequence[str], min_docs: int) -> "LanguageCentres":
+        langs = np.asarray(langs, dtype=object)
+        docs = {str(lang): int((langs == lang).sum()) for lang in sorted(set(langs.tolist()))}
+        centres = {lang: float(np.median(raw[langs == lang])) for lang, n in docs.items() if n >= min_docs}
+        centred = np.isin(langs, list(centres))
+        residual = raw[centred] - np.array([centres[lang] for lang in langs[centred]])
+        spread = float(max(np.subtract(*np.percentile(residual, [75, 25])), _EPS)) if len(residual) else 1.0
+        return cls(centres=centres, spread=spread, docs=docs, min_docs=min_docs)
 
     def apply(self, raw: np.ndarray, langs: Sequence[str]) -> np.ndarray:
-        return (raw - np.array([self.centres.get(lang, self.default) for lang in langs])) / self.spread
+        return (raw - np.array([self.centres.get(lang, np.nan) for lang in langs], dtype=np.float64)) / self.spread
+
+    def uncentred(self) -> dict[str, int]:
+        """The languages seen at fitting without a centre of their own, with their documents."""
+        return {lang: n for lang, n in self.docs.items() if lang not in self.centres}
 
 
 @dataclass(frozen=True)
@@ -152,7 +167,7 @@ class AnomalyDetector:
     lm: TextLM
     representation: Autoencoder
     signals: Autoencoder
-    languages: dict[str, LanguageCentres]  # "perplexity", "representation", "context"
+    languages: dict[str, LanguageCentres]  # per detector
     location: np.ndarray  # per detector, on the corpus sample
     scale: np.ndarray
     weights: np.ndarray
@@ -175,7 +190,7 @@ class AnomalyDetector:
             self.languages["perplexity"].apply(nll, langs),
             self.languages["representation"].apply(
                 np.log(self.representation.score(lm_out[:, _HIDDEN:]) + _EPS), langs),
-            np.log(self.signals.score(features) + _EPS),
+            self.languages["signals"].apply(np.log(self.signals.score(features) + _EPS), langs),
             self.languages["context"].apply(nll - lm_out[:, 2].astype(np.float64), langs),
         ], axis=1)
 
@@ -215,7 +230,8 @@ class AnomalyDetector:
             "languages": {k: dataclasses.asdict(v) for k, v in self.languages.items()},
             "location": self.location.tolist(), "scale": self.scale.tolist(),
             "weights": self.weights.tolist(), "threshold": self.threshold,
-            "detector_thresholds": self.detector_thresholds.tolist(),
+            # None: a detector no calibration document had a score of (no language centre)
+            "detector_thresholds": [float(v) if np.isfinite(v) else None for v in self.detector_thresholds],
             "combination_rule": self.combination,
             "combination": "weighted mean of the positive parts of the detectors' scores, each "
                            "standardised by its median and IQR on the corpus sample",
@@ -246,7 +262,8 @@ class AnomalyDetector:
                    signals=Autoencoder.from_state(states["signals"], base), languages=languages,
                    location=np.array(meta["location"]), scale=np.array(meta["scale"]),
                    weights=np.array(meta["weights"]), threshold=float(meta["threshold"]),
-                   detector_thresholds=np.array(meta["detector_thresholds"]),
+                   detector_thresholds=np.array([np.inf if v is None else v for v in meta["detector_thresholds"]],
+                                                dtype=np.float64),
                    feature_set=str(meta["feature_set"]), combination=str(meta.get("combination_rule", "mean")),
                    version=str(meta["version"]), path=base,
                    metadata={k: meta[k] for k in ("training", "trained_at") if k in meta})
@@ -308,6 +325,18 @@ def _read_meta(base: str) -> dict[str, Any]:
     return meta
 
 
+def _standardisation(raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per detector: the median and IQR of its finite scores (0 and 1 when it has none:
+    no language of the corpus sample has a centre)."""
+    location, scale = np.zeros(raw.shape[1]), np.ones(raw.shape[1])
+    for j, column in enumerate(raw.T):
+        finite = column[np.isfinite(column)]
+        if len(finite):
+            q75, q50, q25 = np.percentile(finite, [75, 50, 25])
+            location[j], scale[j] = q50, max(q75 - q25, _EPS)
+    return location, scale
+
+
 def texts_sha256(texts: Sequence[str]) -> str:
     digest = hashlib.sha256()
     for text in texts:
@@ -326,14 +355,22 @@ def _holdout(texts: Sequence[str], fraction: float) -> np.ndarray:
     return held
 
 
+def lm_texts(reference: Sequence[str], params: DetectorParams) -> list[str]:
+    """The reference documents the language model learns: all but the held-out share."""
+    held = _holdout(reference, params.holdout_fraction)
+    return [t for t, h in zip(reference, held) if not h]
+
+
 def train_detector(reference: Sequence[str], reference_langs: Sequence[str], reference_features: np.ndarray,
                    corpus: Sequence[str], corpus_langs: Sequence[str], corpus_features: np.ndarray,
                    feature_names: Sequence[str], feature_set: str,
                    params: DetectorParams = DetectorParams(), seed: int = 0,
-                   corpus_kept: Optional[np.ndarray] = None) -> AnomalyDetector:
+                   corpus_kept: Optional[np.ndarray] = None, lm: Optional[TextLM] = None) -> AnomalyDetector:
     """Trains the detectors and calibrates them (module docstring). ``*_langs`` are
     the language-ID labels of the texts, ``*_features`` their signal features,
-    ``corpus_kept`` marks the corpus documents the rules keep (default: all)."""
+    ``corpus_kept`` marks the corpus documents the rules keep (default: all). ``lm``: a
+    language model already trained on this reference's non-held-out documents with
+    ``params.lm`` and ``seed`` (a benchmark's cache); trained here when None."""
     kept = np.ones(len(corpus), dtype=bool) if corpus_kept is None else np.asarray(corpus_kept, dtype=bool)
     if len(reference) < 20 or kept.sum() < 10:
         raise ValueError(f"need at least 20 reference documents and 10 corpus documents that the "
@@ -341,20 +378,26 @@ def train_detector(reference: Sequence[str], reference_langs: Sequence[str], ref
     if len(reference_langs) != len(reference) or len(corpus_langs) != len(corpus) or len(kept) != len(corpus):
         raise ValueError("one language and one kept flag per text are needed")
     held = _holdout(reference, params.holdout_fraction)
-    lm = train_lm([t for t, h in zip(reference, held) if not h], params.lm, seed)
+    if lm is None:
+        lm = train_lm(lm_texts(reference, params), params.lm, seed)
     ref_out = lm.score(reference)
     hidden_names = [f"lm_hidden_{j}" for j in range(ref_out.shape[1] - _HIDDEN)]
     representation = train_autoencoder(ref_out[~held, _HIDDEN:], hidden_names, params.representation, seed,
                                        desc="representation autoencoder")
-    signals = train_autoencoder(np.concatenate([reference_features, corpus_features[kept]]), feature_names,
+    signals = train_autoencoder(np.concatenate([reference_features[~held], corpus_features[kept]]), feature_names,
                                 params.signals, seed, desc="signals autoencoder")
     held_langs = [lang for lang, h in zip(reference_langs, held) if h]
     languages = {
-        "perplexity": LanguageCentres.fit(ref_out[held, 0].astype(np.float64), held_langs, params.language_prior),
+        "perplexity": LanguageCentres.fit(ref_out[held, 0].astype(np.float64), held_langs,
+                                          params.min_language_docs),
         "representation": LanguageCentres.fit(np.log(representation.score(ref_out[held, _HIDDEN:]) + _EPS),
-                                              held_langs, params.language_prior),
+                                              held_langs, params.min_language_docs),
         "context": LanguageCentres.fit(ref_out[held, 0].astype(np.float64) - ref_out[held, 2],
-                                       held_langs, params.language_prior),
+                                       held_langs, params.min_language_docs),
+        # the signals are language-dependent too (words, stop words, word length: Chinese
+        # text, unsegmented, is an outlier to an autoencoder of mostly European text)
+        "signals": LanguageCentres.fit(np.log(signals.score(reference_features[held]) + _EPS), held_langs,
+                                       params.min_language_docs),
     }
     n = len(DETECTORS)
     detector = AnomalyDetector(lm=lm, representation=representation, signals=signals, languages=languages,
@@ -363,13 +406,12 @@ def train_detector(reference: Sequence[str], reference_langs: Sequence[str], ref
     sample_hash = texts_sha256(corpus)
     corpus = [t for t, k in zip(corpus, kept) if k]
     raw = detector.raw(lm.score(corpus), corpus_features[kept], [g for g, k in zip(corpus_langs, kept) if k])
-    detector.location = np.median(raw, axis=0)
-    q75, q25 = np.percentile(raw, [75, 25], axis=0)
-    detector.scale = np.maximum(q75 - q25, _EPS)
+    detector.location, detector.scale = _standardisation(raw)
     z = (raw - detector.location) / detector.scale
     combined = combine(z, detector.weights, detector.combination)
     detector.threshold = float(np.quantile(combined, 1.0 - params.flag_rate))
-    detector.detector_thresholds = np.quantile(z, 1.0 - params.flag_rate, axis=0)
+    detector.detector_thresholds = np.array([float(np.quantile(column[np.isfinite(column)], 1.0 - params.flag_rate))
+                                             if np.isfinite(column).any() else np.inf for column in z.T])
     corpus_hash = texts_sha256(corpus)  # the documents calibrated on (the rules keep them)
     detector.version = f"v{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S%f')[:-3]}-{corpus_hash[:8]}"
     detector.metadata = {
@@ -380,7 +422,7 @@ def train_detector(reference: Sequence[str], reference_langs: Sequence[str], ref
             "reference_docs": len(reference), "reference_heldout_docs": int(held.sum()),
             "reference_sha256": texts_sha256(reference), "flag_rate": params.flag_rate,
             "corpus_flagged": float((combined > detector.threshold).mean()),
-            "holdout_fraction": params.holdout_fraction, "language_prior": params.language_prior,
+            "holdout_fraction": params.holdout_fraction, "min_language_docs": params.min_language_docs,
             "seed": seed, "signals_autoencoder": dataclasses.asdict(params.signals),
             "representation_autoencoder": dataclasses.asdict(params.representation),
         },

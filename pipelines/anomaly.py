@@ -6,7 +6,10 @@
 
 The language model learns from the reference corpus (``--reference``: plain-text files
 cut into ~3 KB chunks at blank lines, JSONL or Parquet files with a ``text`` field, e.g.
-the kept documents of a previous run or a curated set). The corpus sample is a uniform
+the kept documents of a previous run or a curated set; or ``--reference default``: all the
+real text of the shared data folder, 20 languages, ``pipelines/reference_corpus.py``).
+Reference text goes through the extract stage's normalisation, as corpus documents did;
+the documents per language (language ID) and per source are recorded in meta.json. The corpus sample is a uniform
 sample of ``docs/<stage>/`` (PII redacted, as the clean stage sees it); the config's
 language ID and rules decide which of its documents the rules keep: the signals
 autoencoder learns from those and the reference, and the calibration and threshold
@@ -88,13 +91,43 @@ def trained_version(model_dir: str, key: str) -> str:
     return version if isinstance(training, dict) and training.get("key") == key and files_there else ""
 
 
+def _counts(labels: Sequence[str]) -> dict[str, int]:
+    """Label → count, most frequent first."""
+    counts: dict[str, int] = {}
+    for label in labels:
+        counts[label] = counts.get(label, 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def _reference(paths: Sequence[str], seed: int) -> tuple[list[str], dict[str, int]]:
+    """(texts, documents per source) of ``--reference``: ``default`` (alone) is the shared
+    data's corpus, anything else files; all normalised as extracted text."""
+    from pipelines.corpus import reference_texts
+    from pipelines.reference_corpus import DEFAULT, default_reference
+
+    if not paths:
+        return [], {}
+    if DEFAULT in paths:
+        if len(paths) > 1:
+            raise ValueError(f"--reference {DEFAULT} stands alone (got {' '.join(paths)})")
+        docs = default_reference(seed=seed)
+        return [d.text for d in docs], _counts([d.source for d in docs])
+    texts: list[str] = []
+    per_file: dict[str, int] = {}
+    for path in paths:
+        read = [t for t in reference_texts([path]) if t.strip()]
+        per_file[path] = per_file.get(path, 0) + len(read)
+        texts.extend(read)
+    return texts, per_file
+
+
 def _train_command(args: argparse.Namespace) -> int:
     from models.anomaly import DetectorParams, train_detector
     from models.autoencoder import AutoencoderParams
     from models.textlm import LMParams
     from pipelines.config import load_config_or_report
     from pipelines.manifest import code_version
-    from pipelines.corpus import reference_texts, sample_docs
+    from pipelines.corpus import sample_docs
     from transforms.clean.features import FEATURE_NAMES, FEATURE_SET
     from transforms.clean.pii import redact
 
@@ -113,7 +146,11 @@ def _train_command(args: argparse.Namespace) -> int:
     if len(corpus) < 10:
         sys.stderr.write(f"only {len(corpus)} documents in docs/{args.stage}: run that stage first\n")
         return 2
-    given_reference = [t for t in reference_texts(args.reference) if t.strip()] if args.reference else []
+    try:
+        given_reference, sources = _reference(args.reference, args.seed)
+    except (OSError, ValueError) as exc:
+        sys.stderr.write(f"cannot read the reference: {exc}\n")
+        return 2
     trim = clean.anomaly.contamination
     params = DetectorParams(
         lm=LMParams(steps=args.steps, batch_size=args.batch_size, max_tokens=args.window),
@@ -132,7 +169,8 @@ def _train_command(args: argparse.Namespace) -> int:
         reference_langs, reference_x, _ = _annotated(reference, clean)
     else:
         _LOGGER.warning("no --reference: the language model learns the %d corpus documents the rules "
-                        "keep (their junk is learned as normal)", int(kept.sum()))
+                        "keep (their junk is learned as normal; `--reference default` is the shared "
+                        "data's real text in 20 languages)", int(kept.sum()))
         reference = [t for t, k in zip(corpus, kept) if k]
         reference_langs = [g for g, k in zip(corpus_langs, kept) if k]
         reference_x = corpus_x[kept]
@@ -145,6 +183,9 @@ def _train_command(args: argparse.Namespace) -> int:
     detector.metadata["training"].update({
         "corpus_source": f"{config.output}/docs/{args.stage}",
         "reference_source": list(args.reference) or "the corpus sample's documents that the rules keep",
+        "reference_sources": sources or {"corpus sample (rules keep)": len(reference)},
+        "reference_languages": _counts(reference_langs),
+        "reference_normalisation": "transforms.extract.html.normalize_text (as the extract stage)",
         "key": key})
     path = detector.save(out)
     sys.stdout.write(f"trained on {len(reference)} reference documents and {len(corpus)} of docs/{args.stage} "
@@ -159,7 +200,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     train = sub.add_parser("train", help="train on a reference corpus and a sample of a stage's documents")
     train.add_argument("--config", required=True)
-    train.add_argument("--reference", nargs="*", default=[], help="reference text files (txt, jsonl, parquet)")
+    train.add_argument("--reference", nargs="*", default=[],
+                       help="reference text files (txt, jsonl, parquet), or `default`: the shared data's "
+                            "real text in 20 languages")
     train.add_argument("--stage", default="extract", help="docs/<stage>/ to sample (default extract)")
     train.add_argument("--sample", type=int, default=20000)
     train.add_argument("--steps", type=int, default=1500, help="language-model optimiser steps")

@@ -72,7 +72,11 @@ def text_chunks(text: str, size: int = 3000) -> Iterator[str]:
 
 def reference_texts(paths: Sequence[str]) -> Iterator[str]:
     """The texts of reference files for training: plain text cut by ``text_chunks``, JSONL
-    or Parquet files with a ``text`` field."""
+    or Parquet files with a ``text`` field, each through the extract stage's
+    ``normalize_text`` (NBSP, bidi and other format characters, control characters, blank
+    runs), as corpus documents are: unnormalised, the same words scored up to 0.56 apart."""
+    from transforms.extract.html import normalize_text
+
     for path in paths:
         if path.endswith((".jsonl", ".jsonl.gz", ".jsonl.zst", ".json")):
             records = iter_jsonl(path, TextFields(), "train")
@@ -80,6 +84,6 @@ def reference_texts(paths: Sequence[str]) -> Iterator[str]:
             records = iter_parquet(path, TextFields(), "train")
         else:
             with open(path, encoding="utf-8", errors="replace") as fh:
-                yield from text_chunks(fh.read())
+                yield from (normalize_text(chunk) for chunk in text_chunks(fh.read()))
             continue
-        yield from (r.text for r in records if isinstance(r, RawRecord))
+        yield from (normalize_text(r.text) for r in records if isinstance(r, RawRecord))

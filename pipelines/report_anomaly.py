@@ -40,7 +40,7 @@ def detector_thresholds(clean: Any) -> dict[str, Optional[float]]:
     try:
         meta = artifact_meta(clean.anomaly.model, clean.anomaly.version)
         threshold = float(meta["threshold"])
-        per_detector = [float(v) for v in meta["detector_thresholds"]]
+        per_detector = [None if v is None else float(v) for v in meta["detector_thresholds"]]
     except Exception as exc:  # a missing or retrained artifact must not stop the report
         _LOGGER.warning("report: no anomaly thresholds from %s: %s", clean.anomaly.model, exc)
         return out
@@ -78,12 +78,15 @@ def _push(heap: list[tuple[float, int, dict[str, Any]]], score: float, row: dict
 
 def collect_anomaly(output: str, stage: str = "clean") -> dict[str, Any]:
     """Histograms of the combined and per-detector scores (kept / rejected), the ``TOP``
-    highest-scoring documents and the ``TOP`` highest of those rejected as ``anomaly``."""
+    highest-scoring documents, the ``TOP`` highest of those rejected as ``anomaly``, and
+    per language the documents no detector scored (their language had too few reference
+    documents for a centre: ``models/anomaly.py``)."""
     hists = {name: Histogram(_Z) for name in ("combined",) + DETECTOR_FIELDS}
     top: list[tuple[float, int, dict[str, Any]]] = []
     only: list[tuple[float, int, dict[str, Any]]] = []
     caught_only, seq = 0, 0
-    columns = ("id", "url", "text", "anomaly_score", "anomaly_scores", "reason")
+    uncentred: dict[str, int] = {}
+    columns = ("id", "url", "text", "lang", "anomaly_score", "anomaly_scores", "reason")
     for series, kind in (("kept", "docs"), ("rejected", "rejected")):
         for batch in iter_batches(stage_files(output, kind, stage), columns):
             rows = batch.to_pylist()
@@ -92,6 +95,9 @@ def collect_anomaly(output: str, stage: str = "clean") -> dict[str, Any]:
             for name in DETECTOR_FIELDS:
                 hists[name].add(np.array([_value(r.get("anomaly_scores"), name) for r in scored]), series)
             for r in scored:
+                if np.isnan(_value(r.get("anomaly_scores"), "perplexity")):
+                    lang = r.get("lang") or "?"
+                    uncentred[lang] = uncentred.get(lang, 0) + 1
                 seq += 1
                 entry = {"id": r.get("id"), "url": r.get("url") or "", "score": float(r["anomaly_score"]),
                          "scores": r.get("anomaly_scores") or {}, "status": r.get("reason") or series,
@@ -103,4 +109,5 @@ def collect_anomaly(output: str, stage: str = "clean") -> dict[str, Any]:
     return {"histograms": {k: h.to_json() for k, h in hists.items()},
             "top": [e for _, _, e in sorted(top, key=lambda t: -t[0])],
             "caught_only_by_detector": [e for _, _, e in sorted(only, key=lambda t: -t[0])],
-            "caught_only_count": caught_only}
+            "caught_only_count": caught_only,
+            "without_language_terms": dict(sorted(uncentred.items(), key=lambda kv: (-kv[1], kv[0])))}

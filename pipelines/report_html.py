@@ -30,7 +30,7 @@ def esc(value: Any) -> str:
 
 
 def fmt(value: Optional[float]) -> str:
-    if value is None:
+    if value is None or value != value:  # NaN: a detector that did not score the document
         return "–"
     if value == 0 or 1e-3 <= abs(value) < 1e6:
         return f"{value:,.3g}" if abs(value) < 1000 else f"{value:,.0f}"
@@ -399,7 +399,13 @@ def anomaly_html(anomaly: Optional[dict[str, Any]], thresholds: dict[str, Any]) 
         figures.append(histogram_plot("anomaly" if name == "combined" else f"anomaly-{name}", titles[name],
                                       "standardised score" if name != "combined" else "anomaly_score", hist, mark))
     only = anomaly["caught_only_by_detector"]
-    return ('<div class="grid">' + "".join(figures) + "</div>"
+    rare = anomaly.get("without_language_terms") or {}
+    rare_note = ("<p>Left to the rules (no detector scores them: their language had too few reference "
+                 "documents for a centre of its own): "
+                 + ", ".join(f"{esc(lang)} {n:,}" for lang, n in rare.items())
+                 + " documents (train with more reference text in these languages to judge them fully).</p>"
+                 if rare else "")
+    return ('<div class="grid">' + "".join(figures) + "</div>" + rare_note
             + f"<h3>Highest-scoring documents (top {len(anomaly['top'])})</h3>" + _table(anomaly["top"])
             + f"<h3>Caught only by the detector: {anomaly['caught_only_count']:,} documents that language "
               f"ID and every rule passed (top {len(only)})</h3>"

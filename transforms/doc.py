@@ -73,11 +73,13 @@ class AnomalyScores:
     and the language model's perplexity per token. The combined score that decides is
     ``Doc.anomaly_score``."""
 
-    perplexity: float = 0.0  # the language model's NLL per byte, centred per language
-    representation: float = 0.0  # autoencoder over the language model's mean hidden state
-    signals: float = 0.0  # autoencoder over the quality signals
+    # None: the document's language had too few reference documents for a centre of its
+    # own (models/anomaly.py): that detector did not score it
+    perplexity: Optional[float] = 0.0  # the language model's NLL per byte, centred per language
+    representation: Optional[float] = 0.0  # autoencoder over the language model's mean hidden state
+    signals: Optional[float] = 0.0  # autoencoder over the quality signals, centred per language
     token_perplexity: float = 0.0  # exp(NLL per token) of the scored tokens (CCNet's figure)
-    context: float = 0.0  # the LM's NLL per byte minus the unigram NLL per byte, centred per language
+    context: Optional[float] = 0.0  # the LM's NLL per byte minus the unigram NLL per byte, centred per language
 
 
 @dataclass(frozen=True)

@@ -71,9 +71,15 @@ def with_scores(docs: Sequence[Doc], detector: Any, lm_out: np.ndarray) -> list[
     features = feature_matrix([d.signals for d in docs])
     scores = detector.score_lm_output(lm_out, features, [d.lang for d in docs])
     return [dataclasses.replace(doc, anomaly_score=float(combined), anomaly_scores=AnomalyScores(
-                perplexity=float(z[0]), representation=float(z[1]), signals=float(z[2]),
-                context=float(z[3]), token_perplexity=float(ppl)))
+                perplexity=_score(z[0]), representation=_score(z[1]), signals=_score(z[2]),
+                context=_score(z[3]), token_perplexity=float(ppl)))
             for doc, combined, z, ppl in zip(docs, scores.combined, scores.detectors, scores.perplexity)]
+
+
+def _score(value: float) -> Optional[float]:
+    """A detector's score on the record; None where it did not score (NaN: no centre for
+    the document's language), so records stay comparable and valid JSON."""
+    return float(value) if math.isfinite(value) else None
 
 
 def score_docs(docs: Sequence[Doc], detector: Any) -> list[Doc]:

@@ -1,0 +1,129 @@
+"""Issue 39, items 2 and 5: no language is flagged for being rare (a language with too few
+reference documents gets no language-dependent score, never another language's centre),
+and the default reference is the shared data's real text in every language it has, put
+through the extract stage's normalisation as --reference files are."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+from benchmarks.anomalies import clean_chunks
+from models.anomaly import DetectorParams, LanguageCentres, combine
+from pipelines.anomaly import _reference
+from pipelines.corpus import reference_texts
+from pipelines.reference_corpus import default_reference, sentence_documents
+from tests.cleanmodels import SMALL, train_small_detector, unwrap
+from tests.conftest import shared
+from transforms.clean.features import feature_matrix
+from transforms.clean.signals import compute_signals
+
+
+def test_only_languages_with_enough_documents_get_a_centre():
+    raw = np.array([1.0, 2.0, 3.0, 10.0, 11.0, 12.0, 50.0, 51.0])
+    langs = ["en", "en", "en", "de", "de", "de", "zh", "zh"]
+    centres = LanguageCentres.fit(raw, langs, min_docs=3)
+    assert centres.centres == {"de": 11.0, "en": 2.0}  # zh: 2 < 3 documents, no centre
+    assert centres.docs == {"de": 3, "en": 3, "zh": 2} and centres.uncentred() == {"zh": 2}
+    # the spread is the IQR of the centred languages' residuals only: -1, 0, 1, -1, 0, 1
+    assert centres.spread == pytest.approx(np.subtract(*np.percentile([-1, 0, 1, -1, 0, 1], [75, 25])))
+    z = centres.apply(np.array([4.0, 11.0, 50.0, 7.0]), ["en", "de", "zh", "ko"])
+    assert z[:2] == pytest.approx([2.0 / centres.spread, 0.0])
+    assert np.isnan(z[2:]).all()  # rare and unseen languages: no score, not the English one
+    assert LanguageCentres.fit(raw, langs, min_docs=2).centres["zh"] == 50.5
+    none = LanguageCentres.fit(raw[:2], ["en", "en"], min_docs=3)
+    assert none.centres == {} and none.spread == 1.0
+
+
+@pytest.mark.parametrize("z,expected", [
+    ([[np.nan, 0.0, 3.0, np.nan]], 1.0),  # missing scores add nothing; the divisor stays 3
+    ([[np.nan, np.nan, np.nan, np.nan]], 0.0),
+    ([[3.0, 0.0, 3.0, 3.0]], 3.0),
+])
+def test_a_missing_score_adds_no_evidence(z, expected):
+    assert combine(np.array(z), np.array([1.0, 0.0, 1.0, 1.0]))[0] == pytest.approx(expected)
+
+
+def test_min_language_docs_validates():
+    with pytest.raises(ValueError, match="min_language_docs"):
+        DetectorParams(min_language_docs=0)
+
+
+def _leipzig_docs(lang: str, start: int, count: int) -> list[str]:
+    sentences = shared("langid", "lingua_sentences", f"{lang}.txt").read_text(encoding="utf-8").splitlines()
+    return [" ".join(sentences[start + 10 * i:start + 10 * (i + 1)]) for i in range(count)]
+
+
+@pytest.fixture(scope="module")
+def english_with_two_chinese(tmp_path_factory):
+    """A detector whose reference is English books and 2 Chinese documents."""
+    books = [unwrap(c) for c in clean_chunks(shared("text"))]
+    reference = books[100:300] + _leipzig_docs("zh", 0, 2)
+    params = dataclasses.replace(SMALL, lm=dataclasses.replace(SMALL.lm, steps=200))
+    return train_small_detector(reference, books[300:420], str(tmp_path_factory.mktemp("zh") / "anomaly"), params)
+
+
+def test_a_reference_with_two_chinese_documents_does_not_flag_chinese_text(english_with_two_chinese):
+    detector = english_with_two_chinese
+    assert "zh" not in detector.languages["perplexity"].centres and "en" in detector.languages["perplexity"].centres
+    chinese = _leipzig_docs("zh", 100, 40)
+    scores = detector.score(chinese, feature_matrix([compute_signals(t) for t in chinese]), ["zh"] * len(chinese))
+    assert np.isnan(scores.detectors).all() and (scores.combined == 0).all()  # left to the rules
+    assert (scores.combined > detector.threshold).mean() <= 0.02
+    # the old way, Chinese measured against the English centre, flags most of it
+    shifted = {name: dataclasses.replace(c, centres={**c.centres, "zh": c.centres["en"]})
+               for name, c in detector.languages.items()}
+    old = dataclasses.replace(detector, languages=shifted).score(
+        chinese, feature_matrix([compute_signals(t) for t in chinese]), ["zh"] * len(chinese))
+    assert (old.combined > detector.threshold).mean() > 0.5
+
+
+def test_the_artifact_records_the_languages_without_a_centre(english_with_two_chinese, tmp_path):
+    from models.anomaly import AnomalyDetector
+
+    detector = english_with_two_chinese
+    loaded = AnomalyDetector.load(detector.path.rsplit("/", 1)[0])
+    assert loaded.languages["perplexity"].uncentred() == detector.languages["perplexity"].uncentred()
+    meta = json.loads(open(f"{detector.path}/meta.json", encoding="utf-8").read())
+    assert meta["languages"]["perplexity"]["min_docs"] == 5
+    assert all(v is None or np.isfinite(v) for v in meta["detector_thresholds"])
+
+
+def test_the_default_reference_holds_every_language_of_the_shared_data():
+    docs = default_reference(shared())
+    sources = {d.source for d in docs}
+    languages = {p.stem for p in shared("langid", "lingua_sentences").glob("*.txt")}
+    assert len(languages) == 20 and {f"leipzig:{lang}" for lang in languages} <= sources
+    assert {"book", "article", "news"} <= sources
+    counts = {s: sum(d.source == s for d in docs) for s in sources}
+    assert counts["article"] == 90 and counts["news"] >= 990 and min(counts[f"leipzig:{g}"] for g in languages) >= 30
+    assert all(len(d.text) >= 100 and "\u00a0" not in d.text and "\u200f" not in d.text for d in docs)
+    assert default_reference(shared()) == docs  # deterministic
+    with pytest.raises(FileNotFoundError, match="TOKENFACTORY_SHARED_DATA"):
+        default_reference(shared("text"))
+
+
+def test_sentence_documents_keep_every_sentence_in_order():
+    import random
+
+    sentences = [f"s{i}." for i in range(50)]
+    docs = list(sentence_documents(sentences, random.Random(0)))
+    words = " ".join(d.replace("\n", " ") for d in docs).split()
+    assert words == sentences[:len(words)] and len(sentences) - len(words) < 6
+    assert all(6 <= len(d.replace("\n", " ").split()) <= 20 for d in docs)
+
+
+def test_reference_files_are_normalised_as_extracted_text(tmp_path):
+    raw = "Nach\u00a0dem Spiel \u200fsagte er:\x07 alles gut.\n\n\n\nZweiter Absatz."
+    (tmp_path / "ref.jsonl").write_text(json.dumps({"text": raw}) + "\n", encoding="utf-8")
+    (tmp_path / "ref.txt").write_text(raw, encoding="utf-8")
+    expected = "Nach dem Spiel sagte er: alles gut.\n\nZweiter Absatz."
+    assert list(reference_texts([str(tmp_path / "ref.jsonl"), str(tmp_path / "ref.txt")])) == [expected, expected]
+    texts, sources = _reference([str(tmp_path / "ref.jsonl"), str(tmp_path / "ref.txt")], 0)
+    assert texts == [expected, expected] and sources == {str(tmp_path / "ref.jsonl"): 1, str(tmp_path / "ref.txt"): 1}
+    with pytest.raises(ValueError, match="stands alone"):
+        _reference(["default", str(tmp_path / "ref.txt")], 0)
+    assert _reference([], 0) == ([], {})
