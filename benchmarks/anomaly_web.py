@@ -35,10 +35,15 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 from benchmarks.anomalies import KINDS, NEW_KINDS, clean_chunks, planted_new
+from benchmarks.cross_families import DEV_KINDS, HELD_OUT_KINDS, planted_cross
 from benchmarks.scrapinghub import load_pages
 
-DEV_FAMILIES: tuple[str, ...] = KINDS
-HELD_OUT_FAMILIES: tuple[str, ...] = ("page_junk",) + NEW_KINDS
+DEV_FAMILIES: tuple[str, ...] = KINDS + DEV_KINDS
+HELD_OUT_FAMILIES: tuple[str, ...] = ("page_junk",) + NEW_KINDS + HELD_OUT_KINDS
+# families made of coherent documents' sentences: judged against the coherent normal
+# sources only (the Leipzig documents are unrelated sentences themselves)
+COHERENT_SOURCES = ("article", "warc")
+SPLICED = ("spliced_pairs", "spliced_sentences")
 NORMAL = "web"
 REFERENCE_SENTENCES = 500  # Leipzig sentences per language that go to the reference corpus
 LEIPZIG_DOCS_PER_LANGUAGE = 40  # all of sentences 500-999 (~38 documents)
@@ -201,11 +206,20 @@ def build_web_set(data: Path, per_kind: int = 30, seed: int = 0) -> WebSet:
     normals = articles + warc + leipzig
     items = list(normals) + junk
     rng = random.Random(seed)
-    for split, families in (("dev", DEV_FAMILIES), ("test", HELD_OUT_FAMILIES[1:])):
+    for split, families, cross in (("dev", KINDS, DEV_KINDS), ("test", NEW_KINDS, HELD_OUT_KINDS)):
         pool = [n.text for n in normals if n.split == split and len(n.text) >= 500]
         for family in families:
             for i in range(per_kind):
                 text = planted_new(family, rng, pool)
+                items.append(Item(f"{family}:{i}", text, family, "planted", split))
+        coherent = [n.text for n in normals if n.split == split and n.source in COHERENT_SOURCES]
+        by_language: dict[str, list[str]] = {}
+        for n in normals:
+            if n.split == split and n.source.startswith("leipzig:"):
+                by_language.setdefault(n.source.split(":", 1)[1], []).append(n.text)
+        for family in cross:
+            for i in range(per_kind):
+                text = planted_cross(family, rng, coherent, pool, by_language)
                 items.append(Item(f"{family}:{i}", text, family, "planted", split))
     books = [unwrap(chunk) for chunk in clean_chunks(data / "text")]
     reference = reference + books + [a.text for a in articles if a.split == "dev"]

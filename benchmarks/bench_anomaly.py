@@ -30,7 +30,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from benchmarks.anomalies import sized_documents
-from benchmarks.anomaly_web import DEV_FAMILIES, HELD_OUT_FAMILIES, Item, build_web_set
+from benchmarks.anomaly_web import COHERENT_SOURCES, DEV_FAMILIES, HELD_OUT_FAMILIES, SPLICED, Item, build_web_set
 from models.anomaly import DETECTORS, AnomalyDetector, DetectorParams, lm_texts, train_detector
 from models.fasttext_models import LanguageIdentifier
 from transforms.clean.features import FEATURE_NAMES, FEATURE_SET, feature_matrix
@@ -75,7 +75,8 @@ def _table(scores: dict[str, np.ndarray], items: list[Item], caught: np.ndarray,
     for family in (pooled, passed_pool) + families:
         member = (np.array([i.anomalous for i in items]) if family in (pooled, passed_pool)
                   else np.array([i.family == family for i in items]))
-        mask = (member | normal) & (~caught if family == passed_pool else True)
+        reference = normal & (np.array([i.source in COHERENT_SOURCES for i in items]) if family in SPLICED else True)
+        mask = (member | reference) & (~caught if family == passed_pool else True)
         if family == passed_pool:
             member = member & ~caught
         y = member[mask].astype(int)
@@ -115,7 +116,7 @@ def source_table(items: list[Item], caught: np.ndarray, flagged: np.ndarray) -> 
     return rows
 
 
-def cached_lm(reference: list[str], params: DetectorParams, seed: int, cache: str) -> Any:
+def cached_lm(reference: list[str], langs: list[str], params: DetectorParams, seed: int, cache: str) -> Any:
     """The language model for ``reference`` from ``cache`` (keyed on the texts, the LM
     settings and the seed), trained and stored there when absent: benchmark iterations on
     everything after the language model reuse it. None without a cache directory."""
@@ -129,7 +130,7 @@ def cached_lm(reference: list[str], params: DetectorParams, seed: int, cache: st
 
     if not cache:
         return None
-    texts = lm_texts(reference, params)
+    texts = lm_texts(reference, langs, params)
     digest = hashlib.sha256(json.dumps([dataclasses.asdict(params.lm), seed]).encode())
     for t in texts:
         digest.update(hashlib.sha256(t.encode("utf-8", "surrogatepass")).digest())
@@ -232,7 +233,7 @@ def evaluate(seed: int = 0, steps: int = 0, lm_cache: str = "", kenlm: bool = Tr
     detector = train_detector(web.reference, ref_langs, feature_matrix([compute_signals(t) for t in web.reference]),
                               [i.text for i in dev], dev_langs, feature_matrix(dev_signals),
                               FEATURE_NAMES, FEATURE_SET, params, seed, corpus_kept=dev_kept,
-                              lm=cached_lm(web.reference, params, seed, lm_cache))
+                              lm=cached_lm(web.reference, ref_langs, params, seed, lm_cache))
     t_trained = time.time()
     dev_scores = detector.score([i.text for i in dev], feature_matrix(dev_signals), dev_langs)
     dev_named = {"combined": dev_scores.combined, **{d: dev_scores.detectors[:, j] for j, d in enumerate(DETECTORS)}}

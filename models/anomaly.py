@@ -15,7 +15,8 @@
   salad, templates and placeholder text are common pieces in no order a text has).
 
 Per-language centring (CCNet keeps one model and one set of perplexity cut-offs per
-language): a share of the reference (``holdout_fraction``, never trained on) gives each
+language): a share of the reference (``holdout_fraction``, never trained on, and at least
+``min_language_docs`` documents of each language that has three times as many) gives each
 language's median and the spread. Only a language with at least ``min_language_docs``
 held-out reference documents gets a centre; a rarer or unseen language gets **no**
 score (NaN), never the centre of all languages or of another one: a Chinese page measured
@@ -345,19 +346,29 @@ def texts_sha256(texts: Sequence[str]) -> str:
     return digest.hexdigest()
 
 
-def _holdout(texts: Sequence[str], fraction: float) -> np.ndarray:
-    """A hash-chosen ``fraction`` of the texts (at least 10)."""
+def _holdout(texts: Sequence[str], fraction: float, langs: Optional[Sequence[str]] = None,
+             per_language: int = 0) -> np.ndarray:
+    """A hash-chosen ``fraction`` of the texts (at least 10); with ``langs``, also at least
+    ``per_language`` of each language that has ``3 * per_language`` texts or more (its
+    lowest hash keys), so a language of 15-40 reference documents gets a centre of its own
+    rather than 15% of them (2-6) falling short of ``min_language_docs``."""
     keys = np.array([int.from_bytes(hashlib.sha1(t.encode("utf-8", "replace")).digest()[:8], "big")
                      for t in texts], dtype=np.float64) / 2.0**64
     held = keys < fraction
     if held.sum() < 10:
         held = keys <= np.sort(keys)[min(9, len(keys) - 1)]
+    if langs is not None and per_language > 0:
+        codes = np.asarray(langs, dtype=object)
+        for lang in set(codes.tolist()):
+            member = np.flatnonzero(codes == lang)
+            if len(member) >= 3 * per_language and held[member].sum() < per_language:
+                held[member[np.argsort(keys[member], kind="stable")[:per_language]]] = True
     return held
 
 
-def lm_texts(reference: Sequence[str], params: DetectorParams) -> list[str]:
-    """The reference documents the language model learns: all but the held-out share."""
-    held = _holdout(reference, params.holdout_fraction)
+def lm_texts(reference: Sequence[str], reference_langs: Sequence[str], params: DetectorParams) -> list[str]:
+    """The reference documents the language model learns: all but the held-out ones."""
+    held = _holdout(reference, params.holdout_fraction, reference_langs, params.min_language_docs)
     return [t for t, h in zip(reference, held) if not h]
 
 
@@ -377,9 +388,9 @@ def train_detector(reference: Sequence[str], reference_langs: Sequence[str], ref
                          f"rules keep, got {len(reference)} and {int(kept.sum())}")
     if len(reference_langs) != len(reference) or len(corpus_langs) != len(corpus) or len(kept) != len(corpus):
         raise ValueError("one language and one kept flag per text are needed")
-    held = _holdout(reference, params.holdout_fraction)
+    held = _holdout(reference, params.holdout_fraction, reference_langs, params.min_language_docs)
     if lm is None:
-        lm = train_lm(lm_texts(reference, params), params.lm, seed)
+        lm = train_lm(lm_texts(reference, reference_langs, params), params.lm, seed)
     ref_out = lm.score(reference)
     hidden_names = [f"lm_hidden_{j}" for j in range(ref_out.shape[1] - _HIDDEN)]
     representation = train_autoencoder(ref_out[~held, _HIDDEN:], hidden_names, params.representation, seed,

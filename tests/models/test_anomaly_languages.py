@@ -127,3 +127,20 @@ def test_reference_files_are_normalised_as_extracted_text(tmp_path):
     with pytest.raises(ValueError, match="stands alone"):
         _reference(["default", str(tmp_path / "ref.txt")], 0)
     assert _reference([], 0) == ([], {})
+
+
+def test_every_language_with_enough_documents_gets_enough_held_out():
+    from models.anomaly import _holdout, lm_texts
+
+    texts = [f"english document {i}" for i in range(200)] + [f"documento {i}" for i in range(15)] \
+        + [f"文档 {i}" for i in range(14)]
+    langs = ["en"] * 200 + ["es"] * 15 + ["zh"] * 14
+    plain = _holdout(texts, 0.15)
+    held = _holdout(texts, 0.15, langs, per_language=5)
+    spanish, chinese = np.arange(200, 215), np.arange(215, 229)
+    assert held[spanish].sum() >= 5  # 15 = 3 x 5 documents: at least 5 held out for its centre
+    assert held[chinese].sum() == plain[chinese].sum()  # 14 < 15: not enough to spare 5, unchanged
+    assert (held >= plain).all() and held[:200].sum() == plain[:200].sum()  # only added, only where short
+    assert held[spanish].sum() == max(5, plain[spanish].sum())
+    params = DetectorParams(min_language_docs=5)
+    assert lm_texts(texts, langs, params) == [t for t, h in zip(texts, held) if not h]
