@@ -198,8 +198,26 @@ class WebSet:
         return [item for item in self.items if item.split == split]
 
 
-def build_web_set(data: Path, per_kind: int = 30, seed: int = 0) -> WebSet:
-    """The whole set from ``data`` (``../shared/data``); deterministic for ``seed``."""
+def extra_language_items(sentence_dir: Path, known: set[str], seed: int = 0) -> list[Item]:
+    """Test documents (``leipzig+:<lang>``) of the languages of ``sentence_dir`` (lingua-py's
+    ``language-testdata/sentences``, 75 languages, the same format) that ``known`` (the
+    shared data's 20) lacks: languages the reference has no document of, which the detector
+    must leave to the rules rather than flag (issue 39, item 2). Test split only: the
+    calibration corpus stays the shared data's."""
+    items = []
+    for path in sorted(sentence_dir.glob("*.txt")):
+        if path.stem in known:
+            continue
+        rng = random.Random(f"{seed}:{path.stem}")
+        sentences = [s.strip() for s in path.read_text(encoding="utf-8").splitlines() if s.strip()]
+        for i, text in enumerate(_sentence_docs(sentences[len(sentences) // 2:], rng, LEIPZIG_DOCS_PER_LANGUAGE // 2)):
+            items.append(Item(f"leipzig+:{path.stem}:{i}", text, NORMAL, f"leipzig+:{path.stem}", "test"))
+    return items
+
+
+def build_web_set(data: Path, per_kind: int = 30, seed: int = 0, extra_sentences: Optional[Path] = None) -> WebSet:
+    """The whole set from ``data`` (``../shared/data``); deterministic for ``seed``. With
+    ``extra_sentences``, the test split also holds ``extra_language_items``."""
     articles, junk = scrapinghub_items(data / "html" / "scrapinghub")
     warc = warc_items(data / "warc", data / "models" / "lid.176.ftz")
     leipzig, reference = leipzig_items(data / "langid" / "lingua_sentences", seed)
@@ -221,6 +239,9 @@ def build_web_set(data: Path, per_kind: int = 30, seed: int = 0) -> WebSet:
             for i in range(per_kind):
                 text = planted_cross(family, rng, coherent, pool, by_language)
                 items.append(Item(f"{family}:{i}", text, family, "planted", split))
+    if extra_sentences is not None:
+        known = {p.stem for p in (data / "langid" / "lingua_sentences").glob("*.txt")}
+        items.extend(extra_language_items(extra_sentences, known, seed))
     books = [unwrap(chunk) for chunk in clean_chunks(data / "text")]
     reference = reference + books + [a.text for a in articles if a.split == "dev"]
     return WebSet(items=items, reference=reference)

@@ -32,7 +32,7 @@ from typing import Sequence
 
 DEV_KINDS = ("spliced_pairs", "local_swaps", "cookie_policy", "two_languages")
 HELD_OUT_KINDS = ("spliced_sentences", "garbled_translation", "terms_policy", "language_per_sentence")
-_SENTENCE = re.compile(r"(?<=[.!?。！？])\s+")
+_SENTENCE = re.compile(r"(?<=[.!?])\s+|(?<=[。！？])\s*")  # CJK full stops need no space after them
 
 _COOKIES = (
     "We use cookies to improve your experience on our website.",

@@ -144,3 +144,24 @@ def test_every_language_with_enough_documents_gets_enough_held_out():
     assert held[spanish].sum() == max(5, plain[spanish].sum())
     params = DetectorParams(min_language_docs=5)
     assert lm_texts(texts, langs, params) == [t for t, h in zip(texts, held) if not h]
+
+
+def test_the_review_head_learns_what_the_answers_mark():
+    from models.review_head import fit_head
+
+    rng = np.random.default_rng(0)
+    z = rng.normal(size=(200, 4))
+    signals = rng.normal(size=(200, 3))
+    junk = signals[:, 1] + 0.5 * z[:, 2] > 0.8  # what the reviewer answered
+    corpus_z, corpus_signals = rng.normal(size=(500, 4)), rng.normal(size=(500, 3))
+    head = fit_head(z, signals, junk, corpus_z, corpus_signals, ["a", "b", "c", "d", "no_centre", "s0", "s1", "s2"])
+    new_z, new_signals = rng.normal(size=(400, 4)), rng.normal(size=(400, 3))
+    truth = new_signals[:, 1] + 0.5 * new_z[:, 2] > 0.8
+    p = head.probability(new_z, new_signals)
+    assert ((p > 0.5) == truth).mean() > 0.9 and head.examples == 200
+    assert np.argmax(np.abs(head.coef)) == 6  # s1, the signal that decides
+    z_missing = new_z.copy()
+    z_missing[:5] = np.nan  # a language without a centre: scores 0 and the indicator set
+    assert np.isfinite(head.probability(z_missing, new_signals)).all()
+    with pytest.raises(ValueError, match="both kinds"):
+        fit_head(z, signals, np.zeros(200, dtype=bool), corpus_z, corpus_signals, ["x"] * 8)
