@@ -30,6 +30,8 @@ import random
 import re
 from typing import Sequence
 
+from pipelines.reference_corpus import paragraphs
+
 DEV_KINDS = ("spliced_pairs", "local_swaps", "cookie_policy", "two_languages")
 HELD_OUT_KINDS = ("spliced_sentences", "garbled_translation", "terms_policy", "language_per_sentence")
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|(?<=[。！？])\s*")  # CJK full stops need no space after them
@@ -85,15 +87,6 @@ def sentences(text: str) -> list[str]:
     return [s.strip() for line in text.splitlines() for s in _SENTENCE.split(line) if len(s.strip()) > 1]
 
 
-def _paragraphs(parts: Sequence[str], rng: random.Random) -> str:
-    out, i = [], 0
-    while i < len(parts):
-        k = rng.randint(1, 4)
-        out.append(" ".join(parts[i:i + k]))
-        i += k
-    return "\n".join(out)
-
-
 def _spliced_pairs(rng: random.Random, coherent: list[str]) -> str:
     a, b = rng.sample(coherent, 2)
     pa, pb = [p for p in a.split("\n") if p.strip()], [p for p in b.split("\n") if p.strip()]
@@ -109,7 +102,7 @@ def _spliced_sentences(rng: random.Random, coherent: list[str]) -> str:
         found = [s for s in sentences(doc) if len(s) > 30]
         if found:
             picked.append(rng.choice(found))
-    return _paragraphs(picked, rng)
+    return paragraphs(picked, rng)
 
 
 def _local_swaps(rng: random.Random, clean: list[str]) -> str:
@@ -139,7 +132,7 @@ def _garbled_translation(rng: random.Random, by_language: dict[str, list[str]]) 
 
 
 def _policy(rng: random.Random, bank: Sequence[str]) -> str:
-    return _paragraphs(rng.sample(list(bank), rng.randint(10, len(bank))), rng)
+    return paragraphs(rng.sample(list(bank), rng.randint(10, len(bank))), rng)
 
 
 def _mixed_languages(rng: random.Random, by_language: dict[str, list[str]], languages: int) -> str:
@@ -150,7 +143,7 @@ def _mixed_languages(rng: random.Random, by_language: dict[str, list[str]], lang
         found = sentences(rng.choice(by_language[lang]))
         if found:
             picked.append(rng.choice(found))
-    return _paragraphs(picked, rng)
+    return paragraphs(picked, rng)
 
 
 def planted_cross(kind: str, rng: random.Random, coherent: list[str], clean: list[str],

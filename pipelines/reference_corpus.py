@@ -22,12 +22,12 @@ import os
 import random
 import re
 from pathlib import Path
-from typing import Iterator, NamedTuple, Optional
+from typing import Iterator, NamedTuple, Optional, Sequence
 
 from pipelines.corpus import text_chunks
 from transforms.extract.html import normalize_text
 
-__all__ = ["DEFAULT", "ReferenceDoc", "default_reference", "shared_data_dir"]
+__all__ = ["DEFAULT", "ReferenceDoc", "default_reference", "paragraphs", "sentence_documents", "shared_data_dir"]
 
 DEFAULT = "default"  # the --reference value that selects this corpus
 _SENTENCES = ("langid", "lingua_sentences")
@@ -58,18 +58,23 @@ def unwrap(text: str) -> str:
     return re.sub(r"\s*\n\s*\n\s*", "\n", re.sub(r"(?<!\n)\n(?!\n)", " ", text)).strip()
 
 
+def paragraphs(sentences: Sequence[str], rng: random.Random) -> str:
+    """``sentences`` in order, in paragraphs (lines) of 1-4 sentences."""
+    out, i = [], 0
+    while i < len(sentences):
+        k = rng.randint(1, 4)
+        out.append(" ".join(sentences[i:i + k]))
+        i += k
+    return "\n".join(out)
+
+
 def sentence_documents(sentences: list[str], rng: random.Random) -> Iterator[str]:
     """Documents of 6-20 consecutive sentences, in paragraphs of 1-4 sentences."""
     pos = 0
     while len(sentences) - pos >= 6:
         doc = sentences[pos:pos + rng.randint(6, 20)]
         pos += len(doc)
-        paragraphs, i = [], 0
-        while i < len(doc):
-            k = rng.randint(1, 4)
-            paragraphs.append(" ".join(doc[i:i + k]))
-            i += k
-        yield "\n".join(paragraphs)
+        yield paragraphs(doc, rng)
 
 
 def _raw(data: Path, seed: int) -> Iterator[ReferenceDoc]:
