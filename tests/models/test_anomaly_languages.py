@@ -165,3 +165,13 @@ def test_the_review_head_learns_what_the_answers_mark():
     assert np.isfinite(head.probability(z_missing, new_signals)).all()
     with pytest.raises(ValueError, match="both kinds"):
         fit_head(z, signals, np.zeros(200, dtype=bool), corpus_z, corpus_signals, ["x"] * 8)
+    # the decision threshold: 0.5, or higher so that at most 2% of the normal answers
+    # (here floor(0.02 x n) of them) stay above it
+    own = head.probability(z, signals)[~junk]
+    assert head.threshold >= 0.5 and (own > head.threshold).sum() <= int(0.02 * len(own))
+    noisy = junk ^ (rng.random(200) < 0.15)  # answers that disagree with the signals
+    loose = fit_head(z, signals, noisy, corpus_z, corpus_signals, ["x"] * 8)
+    strict = fit_head(z, signals, noisy, corpus_z, corpus_signals, ["x"] * 8, normal_rate=0.0)
+    p_normal = loose.probability(z, signals)[~noisy]
+    assert loose.threshold > 0.5 and (p_normal > loose.threshold).sum() == int(0.02 * len(p_normal))
+    assert strict.threshold == pytest.approx(strict.probability(z, signals)[~noisy].max())
