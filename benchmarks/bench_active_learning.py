@@ -30,16 +30,16 @@ import statistics
 import sys
 import tempfile
 import time
-from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
+from benchmarks import SHARED_DATA
 from models.labeller import Labeller, TrainParams, auto_accept, reliability, train_labeller
 from transforms.doc import Doc
 from transforms.label.label import SAMPLING, LabelConfig, LabelSetConfig, label_batch, pick_for_review
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "langid" / "lingua_sentences"
+DATA = SHARED_DATA / "langid" / "lingua_sentences"
 PARAMS = TrainParams(minn=2, maxn=4)
 TARGET_PRECISION = 0.95
 

@@ -29,6 +29,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from benchmarks import SHARED_DATA
 from benchmarks.anomalies import sized_documents
 from benchmarks.anomaly_web import COHERENT_SOURCES, DEV_FAMILIES, HELD_OUT_FAMILIES, SPLICED, Item, build_web_set
 from models.anomaly import DETECTORS, AnomalyDetector, DetectorParams, lm_texts, train_detector
@@ -38,7 +39,7 @@ from transforms.clean.rules import QualityRules, first_failure
 from transforms.clean.signals import compute_signals
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data"
+DATA = SHARED_DATA
 _LOGGER = logging.getLogger(__name__)
 
 

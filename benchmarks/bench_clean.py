@@ -41,6 +41,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from benchmarks import SHARED_DATA
 from benchmarks.anomalies import sized_documents
 from models.anomaly import DetectorParams, train_detector
 from models.fasttext_models import train_classifier
@@ -51,7 +52,7 @@ from transforms.clean.signals import _SENTENCE_END, compute_signals
 from transforms.doc import Doc
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data"
+DATA = SHARED_DATA
 
 
 def documents(size: int = 3000) -> list[str]:
@@ -113,8 +114,12 @@ def datatrove_word_tokenizer() -> Any:
 def datatrove_chain(language: Any = "en") -> list[Any]:
     """datatrove's four filters; ``language``: a language code (its own tokenizer for it,
     spaCy for English) or a ``WordTokenizer``."""
-    from datatrove.pipeline.filters import (C4QualityFilter, FineWebQualityFilter,
-                                            GopherQualityFilter, GopherRepetitionFilter)
+    from datatrove.pipeline.filters import (
+        C4QualityFilter,
+        FineWebQualityFilter,
+        GopherQualityFilter,
+        GopherRepetitionFilter,
+    )
 
     return [GopherRepetitionFilter(language=language), GopherQualityFilter(language=language),
             C4QualityFilter(filter_no_terminal_punct=False, language=language),

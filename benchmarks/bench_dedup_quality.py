@@ -23,6 +23,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from benchmarks import SHARED_DATA
 from transforms.dedup.components import components_in_memory
 from transforms.dedup.minhash import MinHasher, band_keys, is_empty, normalized_words
 
@@ -32,7 +33,7 @@ FILLERS = ("the", "a", "of", "and", "in", "very", "also", "then", "just", "indee
 
 def base_documents(n: int, words_per_doc: int = 150) -> list[str]:
     words: list[str] = []
-    for path in sorted((ROOT.parent / "shared" / "data" / "text").glob("*.txt")):
+    for path in sorted((SHARED_DATA / "text").glob("*.txt")):
         words.extend(path.read_text(encoding="utf-8").split())
     docs = [" ".join(words[i:i + words_per_doc]) for i in range(0, len(words) - words_per_doc, words_per_doc)]
     return docs[:n]

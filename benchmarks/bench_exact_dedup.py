@@ -32,12 +32,14 @@ import sys
 import tempfile
 from pathlib import Path
 
+from benchmarks import SHARED_DATA
+
 ROOT = Path(__file__).resolve().parents[1]
 DOLMA = ROOT / ".bench-venv-dolma" / "bin" / "dolma"
 
 
 def corpus(n: int, seed: int = 0) -> list[dict[str, str]]:
-    words = " ".join((ROOT.parent / "shared" / "data" / "text" / name).read_text(encoding="utf-8")
+    words = " ".join((SHARED_DATA / "text" / name).read_text(encoding="utf-8")
                      for name in ("pg1342_pride_and_prejudice.txt", "pg2701_moby_dick.txt")).split()
     rng = random.Random(seed)
     docs: list[dict[str, str]] = []

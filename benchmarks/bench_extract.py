@@ -32,12 +32,13 @@ from typing import Callable
 
 import trafilatura
 
+from benchmarks import SHARED_DATA
 from benchmarks.scrapinghub import load_pages, precision_recall_f1
 from transforms.extract.html import MAX_HTML_DEPTH, Method, extract_html
 from transforms.extract.isolated import IsolatedExtractor
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_DATA = ROOT.parent / "shared" / "data" / "html" / "scrapinghub"
+DEFAULT_DATA = SHARED_DATA / "html" / "scrapinghub"
 
 
 ISOLATED = "ours: cascade, isolated (stage default)"

@@ -14,10 +14,11 @@ import sys
 import time
 from pathlib import Path
 
+from benchmarks import SHARED_DATA
 from models.fasttext_models import LanguageIdentifier
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data"
+DATA = SHARED_DATA
 
 
 def evaluate(threshold: float = 0.65) -> list[dict[str, float]]:

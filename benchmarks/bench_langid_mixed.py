@@ -41,12 +41,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
+from benchmarks import SHARED_DATA
 from models.fasttext_models import LABEL_PREFIX, LanguageIdentifier, LanguageMix, clean_line
 from transforms.clean.clean import LangIdConfig
 from transforms.clean.signals import compute_signals
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data"
+DATA = SHARED_DATA
 SETTINGS = ((1000, 2), (1000, 4), (1000, 8), (1000, 16), (500, 8), (500, 16))  # (max_chars, max_windows)
 DEFAULT = (LangIdConfig.max_chars, LangIdConfig.max_windows)
 PER_LANGUAGE = 20

@@ -30,18 +30,19 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Optional
 
+from benchmarks import SHARED_DATA
 from benchmarks.anomalies import sized_documents
 from benchmarks.fit_language_rules import SEED, documents, extra_languages, languages, sentences
 from models.fasttext_models import LanguageIdentifier
 from transforms.clean.language_rules import document_rules, profile, script_profile, tables
 from transforms.clean.rules import QualityRules, first_failure
 from transforms.clean.signals import compute_signals
+from transforms.doc import RawRecord
 from transforms.extract.extract import ExtractConfig, extract_record
 from transforms.readers.warc import WarcLimits, iter_warc
-from transforms.doc import RawRecord
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data"
+DATA = SHARED_DATA
 WARC = DATA / "warc"
 LID = DATA / "models" / "lid.176.ftz"
 HELD_OUT_DOCS = 200

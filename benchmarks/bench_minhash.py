@@ -30,6 +30,7 @@ from typing import Callable
 import numpy as np
 from datasketch import MinHash
 
+from benchmarks import SHARED_DATA
 from transforms.dedup.minhash import MinHasher, fmix32, normalized_batch, shingle_strings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,7 +39,7 @@ BATCH = 256  # dedup.minhash.batch_size
 
 
 def documents(n: int) -> list[str]:
-    text = "".join(p.read_text(encoding="utf-8") for p in sorted((ROOT.parent / "shared" / "data" / "text").glob("*.txt")))
+    text = "".join(p.read_text(encoding="utf-8") for p in sorted((SHARED_DATA / "text").glob("*.txt")))
     docs = [text[i:i + 3000] for i in range(0, len(text) - 3000, 3000)]
     return (docs * (n // len(docs) + 1))[:n]
 

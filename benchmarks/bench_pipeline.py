@@ -69,8 +69,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from benchmarks import SHARED_DATA
+
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data"
+DATA = SHARED_DATA
 WARC_FILES = ("cc_whirlwind.warc.gz", "dolma_sample-0000.warc.gz",
               "resiliparse_warcfile.warc.gz", "warcio_example.warc.gz")
 LID_MODEL = DATA / "models" / "lid.176.ftz"
@@ -281,8 +283,12 @@ def _cpu(fn: Callable[[], Any]) -> tuple[float, Any]:
 def datatrove_filters(families: tuple[str, ...]) -> list[Any]:
     """datatrove's filters for our rule families (C4 without its line removal: ours
     measures it but does not rewrite the text)."""
-    from datatrove.pipeline.filters import (C4QualityFilter, FineWebQualityFilter, GopherQualityFilter,
-                                            GopherRepetitionFilter)
+    from datatrove.pipeline.filters import (
+        C4QualityFilter,
+        FineWebQualityFilter,
+        GopherQualityFilter,
+        GopherRepetitionFilter,
+    )
 
     make = {"gopher_repetition": GopherRepetitionFilter, "gopher_quality": GopherQualityFilter,
             "c4": lambda: C4QualityFilter(filter_no_terminal_punct=False), "fineweb": FineWebQualityFilter}
@@ -325,8 +331,8 @@ def stage_functions(files: list[Path], tmp: Path, tokenizer_json: Path,
     from models.fasttext_models import LanguageIdentifier
     from transforms.clean.rules import QualityRules, first_failure
     from transforms.clean.signals import compute_signals
-    from transforms.doc import Doc, RawRecord
     from transforms.dedup.minhash import MinHasher, band_keys
+    from transforms.doc import Doc, RawRecord
     from transforms.extract.extract import ExtractConfig, extract_record
     from transforms.readers.warc import WarcLimits, iter_warc
 
@@ -496,8 +502,13 @@ def _total(value: Any) -> float:
 def datatrove_job(spec: dict[str, Any]) -> None:
     """Runs in its own process (``--datatrove-job``): the same steps as ours, datatrove's way."""
     from datatrove.executor import LocalPipelineExecutor
-    from datatrove.pipeline.dedup.minhash import (MinhashConfig, MinhashDedupBuckets, MinhashDedupCluster,
-                                                  MinhashDedupFilter, MinhashDedupSignature)
+    from datatrove.pipeline.dedup.minhash import (
+        MinhashConfig,
+        MinhashDedupBuckets,
+        MinhashDedupCluster,
+        MinhashDedupFilter,
+        MinhashDedupSignature,
+    )
     from datatrove.pipeline.extractors import Trafilatura
     from datatrove.pipeline.filters import LanguageFilter
     from datatrove.pipeline.readers import JsonlReader, WarcReader

@@ -52,11 +52,12 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
+from benchmarks import SHARED_DATA
 from benchmarks.bench_dedup_quality import edit
 from pipelines.engines import child_pids
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared" / "data"
+SHARED = SHARED_DATA
 ENGINES = ("direct-mp", "flink", "spark", "prism", "direct")
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 

@@ -22,14 +22,15 @@ from pathlib import Path
 import numpy as np
 import sentencepiece as spm
 
+from benchmarks import SHARED_DATA
 from storage.shards import encode_shard
 
 ROOT = Path(__file__).resolve().parents[1]
-MODEL = ROOT.parent / "shared" / "data" / "models" / "mistral_tokenizer.model.v1.model"
+MODEL = SHARED_DATA / "models" / "mistral_tokenizer.model.v1.model"
 
 
 def documents(n: int) -> list[str]:
-    text = "".join(p.read_text(encoding="utf-8") for p in sorted((ROOT.parent / "shared" / "data" / "text").glob("*.txt")))
+    text = "".join(p.read_text(encoding="utf-8") for p in sorted((SHARED_DATA / "text").glob("*.txt")))
     docs = [text[i:i + 3000] for i in range(0, len(text) - 3000, 3000)]
     return (docs * (n // len(docs) + 1))[:n]
 

@@ -34,13 +34,14 @@ import apache_beam as beam
 import pyarrow.parquet as pq
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from benchmarks import SHARED_DATA
 from storage.loader import Source, TokenDataset
 from storage.repeats import min_copy_distance, upsampling_summary
 from transforms.doc import Doc
 from transforms.tokenize.tokenize import TokenizeConfig, TokenizeToShards
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data"
+DATA = SHARED_DATA
 MODEL = DATA / "models" / "mistral_tokenizer.model.v1.model"
 SEQ, BATCH, BUFFER = 2048, 8, 4
 EPOCHS = 20  # epochs whose shard orders are searched for copies meeting in one loader group

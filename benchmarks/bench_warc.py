@@ -26,6 +26,7 @@ from fastwarc.warc import ArchiveIterator as FastIterator
 from fastwarc.warc import WarcRecordType
 from warcio.archiveiterator import ArchiveIterator
 
+from benchmarks import SHARED_DATA
 from transforms.doc import RawRecord
 from transforms.readers.warc import WarcLimits, iter_warc
 
@@ -57,7 +58,7 @@ def fastwarc(data: bytes) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "warc"))
+    parser.add_argument("--data", default=str(SHARED_DATA / "warc"))
     parser.add_argument("--copies", type=int, default=40)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--uncompressed", action="store_true",

@@ -29,6 +29,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
+from benchmarks import SHARED_DATA
 from transforms.clean import language_rules as lr
 from transforms.clean.rules import RULES, QualityRules, threshold
 from transforms.clean.segment import segmenter, segmenter_name
@@ -36,8 +37,8 @@ from transforms.clean.signals import STOP_WORDS, compute_signals
 from transforms.doc import Signals
 
 ROOT = Path(__file__).resolve().parents[1]
-SENTENCES = ROOT.parent / "shared" / "data" / "langid" / "lingua_sentences"
-LID = ROOT.parent / "shared" / "data" / "models" / "lid.176.ftz"
+SENTENCES = SHARED_DATA / "langid" / "lingua_sentences"
+LID = SHARED_DATA / "models" / "lid.176.ftz"
 SEED = 18
 # lingua-py's file names that lid.176 labels otherwise (Norwegian Bokmål is its "no").
 LID_ALIASES = {"nb": "no"}

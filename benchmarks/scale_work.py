@@ -36,6 +36,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import sentencepiece as spm
 
+from benchmarks import SHARED_DATA
 from storage.shards import encode_shard
 from transforms.dedup.dedup import MinHashConfig
 from transforms.dedup.exact_keys import text_keys, url_keys
@@ -45,7 +46,7 @@ from transforms.extract.extract import ExtractConfig, extract_record
 from transforms.readers.tabular import TextFields, iter_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]
-MODEL = ROOT.parent / "shared" / "data" / "models" / "mistral_tokenizer.model.v1.model"
+MODEL = SHARED_DATA / "models" / "mistral_tokenizer.model.v1.model"
 STAGES = ("extract", "dedup_exact", "dedup_minhash", "tokenize")
 
 
