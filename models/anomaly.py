@@ -29,8 +29,11 @@ the rules keep (the detector decides only on those: the clean stage applies it a
 rules), and the combined score is the weighted mean of their positive parts (``combine``:
 a detector adds evidence only above its corpus median, so a document that is unusually
 typical to one detector does not cancel another's alarm; a missing score adds none); the
-threshold is the ``1 - flag_rate`` quantile of the combined score on those documents. All
-of it is written in the artifact.
+threshold is the ``1 - flag_rate`` quantile of the combined score on those documents, the
+review threshold the ``1 - flag_rate - review_rate`` one: the clean stage queues the
+highest-scoring documents between the two for a person (``pipelines/anomaly_review.py``),
+beside the held-out reference document nearest to each (``nearest_reference``). All of it
+is written in the artifact.
 
 Artifacts are versioned like the labeller's (``models/labeller.py``)::
 
@@ -83,6 +86,7 @@ class DetectorParams:
     signals: AutoencoderParams = AutoencoderParams()
     representation: AutoencoderParams = AutoencoderParams(hidden=(32, 8), steps=600)
     flag_rate: float = 0.05  # the share of the corpus sample above the threshold
+    review_rate: float = 0.10  # the share just under it, between the review threshold and the threshold
     holdout_fraction: float = 0.15  # reference documents kept for the per-language centres
     # held-out reference documents a language needs for its own centre; rarer languages
     # get no language-dependent score (module docstring)
@@ -98,6 +102,8 @@ class DetectorParams:
     def __post_init__(self) -> None:
         if not 0.0 < self.flag_rate < 0.5:
             raise ValueError(f"flag_rate must be in (0, 0.5), got {self.flag_rate}")
+        if not 0.0 <= self.review_rate <= 0.5:
+            raise ValueError(f"review_rate must be in [0, 0.5], got {self.review_rate}")
         if not 0.0 < self.holdout_fraction < 0.5:
             raise ValueError(f"holdout_fraction must be in (0, 0.5), got {self.holdout_fraction}")
         if self.min_language_docs < 1:
@@ -176,6 +182,12 @@ class AnomalyDetector:
     detector_thresholds: np.ndarray
     feature_set: str
     combination: str = "positive_mean"  # see ``combine``
+    # documents scoring above it (and not above ``threshold``) go to the review queue
+    review_threshold: Optional[float] = None
+    # held-out reference documents' snippets and normalised mean hidden states: the nearest
+    # one is shown beside a queued document (``nearest_reference``)
+    snippets: tuple[str, ...] = ()
+    snippet_vectors: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
     version: str = ""
     path: str = ""  # the version directory it was loaded from or saved to
     metadata: dict[str, Any] = field(default_factory=dict)
@@ -207,6 +219,15 @@ class AnomalyDetector:
     def score(self, texts: Sequence[str], features: np.ndarray, langs: Sequence[str]) -> Scores:
         return self.score_lm_output(self.lm.score(texts), features, langs)
 
+    def nearest_reference(self, lm_out: np.ndarray) -> list[str]:
+        """Per document (``ConvLM.forward`` rows), the held-out reference snippet whose mean
+        hidden state is nearest by cosine; '' when the artifact has none."""
+        if not self.snippets or len(lm_out) == 0:
+            return [""] * len(lm_out)
+        hidden = lm_out[:, _HIDDEN:].astype(np.float64)
+        hidden /= np.maximum(np.linalg.norm(hidden, axis=1, keepdims=True), _EPS)
+        return [self.snippets[i] for i in np.argmax(hidden @ self.snippet_vectors.T, axis=1)]
+
     def save(self, model_dir: str) -> str:
         """Writes ``<model_dir>/<version>/`` (meta.json last), then ``CURRENT``."""
         base = os.path.join(model_dir, self.version)
@@ -234,6 +255,9 @@ class AnomalyDetector:
             # None: a detector no calibration document had a score of (no language centre)
             "detector_thresholds": [float(v) if np.isfinite(v) else None for v in self.detector_thresholds],
             "combination_rule": self.combination,
+            "review_threshold": self.review_threshold,
+            "reference_snippets": {"texts": list(self.snippets),
+                                   "vectors": np.round(self.snippet_vectors, 5).tolist()},
             "combination": "weighted mean of the positive parts of the detectors' scores, each "
                            "standardised by its median and IQR on the corpus sample",
             **self.metadata,
@@ -258,6 +282,9 @@ class AnomalyDetector:
             proto = fh.read()
         lm = lm_from_state(proto, _torch_load(f"{base}/lm.pt"), lm_params, base)
         states = _torch_load(f"{base}/autoencoders.pt")
+        snippets = meta.get("reference_snippets") or {}
+        if not isinstance(snippets, dict):
+            raise ModelError(f"{base}/meta.json: reference_snippets is not an object")
         languages = {k: LanguageCentres(**v) for k, v in meta["languages"].items()}
         return cls(lm=lm, representation=Autoencoder.from_state(states["representation"], base),
                    signals=Autoencoder.from_state(states["signals"], base), languages=languages,
@@ -266,6 +293,10 @@ class AnomalyDetector:
                    detector_thresholds=np.array([np.inf if v is None else v for v in meta["detector_thresholds"]],
                                                 dtype=np.float64),
                    feature_set=str(meta["feature_set"]), combination=str(meta.get("combination_rule", "mean")),
+                   review_threshold=_optional_float(meta.get("review_threshold")),
+                   snippets=tuple(str(t) for t in snippets.get("texts", ())),
+                   snippet_vectors=np.array(snippets.get("vectors", []), dtype=np.float64).reshape(
+                       len(snippets.get("texts", ())), -1),
                    version=str(meta["version"]), path=base,
                    metadata={k: meta[k] for k in ("training", "trained_at") if k in meta})
 
@@ -287,6 +318,10 @@ def _check_features(base: str, meta: dict[str, Any], feature_set: Optional[str],
                       if only_model or only_pipeline else " (the same names in another order)")
     raise ModelError(f"{base}: trained on feature set {trained_set!r} {trained}, the pipeline computes "
                      f"{pipeline}{difference}: retrain it")
+
+
+def _optional_float(value: Any) -> Optional[float]:
+    return None if value is None else float(value)
 
 
 def _write(path: str, write: Any) -> None:
@@ -324,6 +359,21 @@ def _read_meta(base: str) -> dict[str, Any]:
         raise ModelError(f"{base}: artifact version {meta.get('artifact_version')}, this code reads "
                          f"{ARTIFACT_VERSION}: retrain it")
     return meta
+
+
+SNIPPETS = 200  # held-out reference documents kept for the review page
+SNIPPET_CHARS = 300
+
+
+def _snippets(texts: Sequence[str], lm_out: np.ndarray) -> tuple[tuple[str, ...], np.ndarray]:
+    """Up to ``SNIPPETS`` of the held-out reference documents (evenly spaced) as snippets,
+    with their normalised mean hidden states."""
+    if not len(texts):
+        return (), np.zeros((0, 0))
+    pick = np.unique(np.linspace(0, len(texts) - 1, min(SNIPPETS, len(texts))).astype(int))
+    vectors = lm_out[pick, _HIDDEN:].astype(np.float64)
+    vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), _EPS)
+    return tuple(" ".join(texts[i][:SNIPPET_CHARS].split()) for i in pick), vectors
 
 
 def _standardisation(raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -421,6 +471,10 @@ def train_detector(reference: Sequence[str], reference_langs: Sequence[str], ref
     z = (raw - detector.location) / detector.scale
     combined = combine(z, detector.weights, detector.combination)
     detector.threshold = float(np.quantile(combined, 1.0 - params.flag_rate))
+    detector.review_threshold = (float(np.quantile(combined, 1.0 - params.flag_rate - params.review_rate))
+                                 if params.review_rate > 0 else None)
+    detector.snippets, detector.snippet_vectors = _snippets(
+        [t for t, h in zip(reference, held) if h], ref_out[held])
     detector.detector_thresholds = np.array([float(np.quantile(column[np.isfinite(column)], 1.0 - params.flag_rate))
                                              if np.isfinite(column).any() else np.inf for column in z.T])
     corpus_hash = texts_sha256(corpus)  # the documents calibrated on (the rules keep them)
@@ -432,6 +486,7 @@ def train_detector(reference: Sequence[str], reference_langs: Sequence[str], ref
             "training_sample_sha256": corpus_hash, "corpus_sample_sha256": sample_hash,
             "reference_docs": len(reference), "reference_heldout_docs": int(held.sum()),
             "reference_sha256": texts_sha256(reference), "flag_rate": params.flag_rate,
+            "review_rate": params.review_rate,
             "corpus_flagged": float((combined > detector.threshold).mean()),
             "holdout_fraction": params.holdout_fraction, "min_language_docs": params.min_language_docs,
             "seed": seed, "signals_autoencoder": dataclasses.asdict(params.signals),

@@ -156,7 +156,7 @@ def _train_command(args: argparse.Namespace) -> int:
         lm=LMParams(steps=args.steps, batch_size=args.batch_size, max_tokens=args.window),
         signals=AutoencoderParams(trim=trim),
         representation=AutoencoderParams(hidden=(32, 8), steps=600, trim=trim),
-        flag_rate=clean.anomaly.flag_rate)
+        flag_rate=clean.anomaly.flag_rate, review_rate=clean.anomaly.review_rate)
     key = training_key(corpus, given_reference, params, args.seed, config.section_hash("clean"), code_version())
     reused = trained_version(out, key)
     if reused and not args.force:

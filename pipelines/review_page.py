@@ -175,11 +175,13 @@ main{display:grid;grid-template-columns:1fr 22em;gap:1em;padding:1em}
 kbd{display:inline-block;min-width:1.2em;text-align:center;border:1px solid #aaa;border-radius:3px;
  font-size:12px;margin-right:.4em;background:#fff;color:#333}
 #help{font-size:13px;color:#555} #done{padding:2em;font-size:18px}
+#context .ctx{margin:.2em 0;font-size:13px;color:#444}
 </style></head><body>
 <header><strong>Review</strong><span id="where"></span><span class="grow"></span>
 <span id="progress" data-testid="progress"></span><span id="who"></span></header>
 <div id="bar"><div style="width:0"></div></div>
-<main id="main"><div><div id="meta"></div><div id="doc" data-testid="doc"></div></div>
+<main id="main"><div><div id="meta"></div><div id="context" data-testid="context"></div>
+<div id="doc" data-testid="doc"></div></div>
 <aside><div id="sets"></div><button id="submit" class="choice">Submit <kbd>Enter</kbd></button>
 <p id="help"><kbd>Enter</kbd> accept the suggestions (or your choices) and go on ·
 value keys correct the active set · <kbd>&uarr;</kbd><kbd>&darr;</kbd> change set ·
@@ -206,6 +208,8 @@ function show() {
   $("where").textContent = "task " + (cur + 1) + " of " + S.tasks.length;
   $("meta").textContent = (t.title ? t.title + " — " : "") + (t.url || t.source_id || t.doc_id);
   $("doc").textContent = t.text + (t.text_truncated ? "\\n[… cut]" : "");
+  const context = Array.isArray(t.context) ? t.context : [];  // the anomaly queue's score lines
+  $("context").replaceChildren(...context.map((line) => el("p", "ctx", String(line))));
   const box = $("sets"); box.replaceChildren();
   setNames().forEach((name, si) => {
     const sug = (t.suggestions[name] || {});

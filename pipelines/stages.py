@@ -237,11 +237,14 @@ def plan_clean(config: JobConfig, upstream: str) -> StagePlan:
         version = clean.anomaly.version or read_current(clean.anomaly.model)
         models.append(sha256_file(local_copy(f"{clean.anomaly.model.rstrip('/')}/{version}/meta.json")))
     stage = "clean"
+    queue = _anomaly_queue(config, stage)
 
     def build(pipeline: beam.Pipeline) -> None:
         outputs = pipeline | "ReadDocs" >> ReadDocs(files) | "Clean" >> Clean(clean, stage)
         languages = clean.langid.languages if clean.langid.route_by_language else ()
         outputs | "WriteOutputs" >> WriteStageOutputs(config.output, stage, languages=languages)
+        if queue is not None:
+            queue(outputs.kept)
 
     return StagePlan(
         name=stage,
@@ -249,7 +252,46 @@ def plan_clean(config: JobConfig, upstream: str) -> StagePlan:
         inputs=tuple(files),
         fingerprint=_fingerprint([fingerprint, models]),
         build=build,
+        info=(lambda: {"anomaly_review_queue": queue.directory}) if queue is not None else None,
     )
+
+
+class _AnomalyQueue:
+    """The clean stage's anomaly review queue (``pipelines/anomaly_review.py``): the
+    ``review_budget`` highest-scoring kept documents of the detector's doubtful band."""
+
+    def __init__(self, config: JobConfig, stage: str, band: tuple[float, float]) -> None:
+        from datetime import datetime, timezone
+
+        from pipelines.anomaly_review import queue_dir_name
+        from pipelines.review import review_dir
+
+        self.anomaly, self.stage, self.band = config.clean.anomaly, stage, band  # type: ignore[union-attr]
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
+        self.directory = FileSystems.join(review_dir(config.output), queue_dir_name(stamp))
+
+    def write(self, docs: list) -> int:
+        from pipelines.anomaly_review import write_anomaly_queue
+
+        if docs:
+            write_anomaly_queue(self.directory, docs, self.anomaly, self.band)
+        beam.metrics.Metrics.counter(self.stage, "anomaly_review_queued").inc(len(docs))
+        return len(docs)
+
+    def __call__(self, kept: beam.PCollection) -> None:
+        from pipelines.anomaly_review import in_band
+
+        band, budget = self.band, self.anomaly.review_budget
+        (kept | "AnomalyReviewBand" >> beam.Filter(in_band, band)
+         | "AnomalyReviewTop" >> beam.combiners.Top.Of(budget, key=lambda d: (d.anomaly_score, d.id))
+         | "WriteAnomalyQueue" >> beam.Map(self.write))
+
+
+def _anomaly_queue(config: JobConfig, stage: str) -> Optional[_AnomalyQueue]:
+    from pipelines.anomaly_review import review_band
+
+    band = review_band(config.clean.anomaly) if config.clean is not None else None
+    return _AnomalyQueue(config, stage, band) if band is not None else None
 
 
 def plan_dedup_exact(config: JobConfig, upstream: str) -> StagePlan:

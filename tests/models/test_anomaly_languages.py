@@ -90,6 +90,15 @@ def test_the_artifact_records_the_languages_without_a_centre(english_with_two_ch
     meta = json.loads(open(f"{detector.path}/meta.json", encoding="utf-8").read())
     assert meta["languages"]["perplexity"]["min_docs"] == 5
     assert all(v is None or np.isfinite(v) for v in meta["detector_thresholds"])
+    # the review band: the corpus sample's 1 - 0.05 - 0.10 quantile up to the threshold
+    assert loaded.review_threshold == pytest.approx(detector.review_threshold)
+    assert loaded.review_threshold < loaded.threshold
+    assert meta["training"]["review_rate"] == 0.10
+    # held-out reference snippets with their hidden states: a held-out book chunk's nearest is itself
+    assert 10 <= len(loaded.snippets) <= 200 and loaded.snippet_vectors.shape == (len(loaded.snippets), 32)
+    assert np.allclose(np.linalg.norm(loaded.snippet_vectors, axis=1), 1.0, atol=1e-3)
+    nearest = loaded.nearest_reference(loaded.lm.score([detector.snippets[3]]))
+    assert nearest == [detector.snippets[3]]
 
 
 def test_the_default_reference_holds_every_language_of_the_shared_data():

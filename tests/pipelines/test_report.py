@@ -450,3 +450,35 @@ def test_tokens_section_follows_tokens_current(tmp_path):
     assert collect_tokens(str(tmp_path))["num_docs"] == 3
     (tmp_path / "tokens" / "CURRENT").unlink()
     assert collect_tokens(str(tmp_path))["num_docs"] == 5
+
+
+def test_real_job_queues_the_anomaly_detectors_doubtful_band(real_job):
+    """Issue 39, item 6: kept documents between the review and the drop threshold go to
+    review/anomaly-<time>/, highest first, with each detector's score, the nearest
+    reference document and the signal features; the review page's task format."""
+    import pyarrow.parquet as pq
+
+    from pipelines.anomaly_review import TAXONOMY
+    from pipelines.review import load_queue
+    from transforms.clean.features import FEATURE_NAMES
+
+    out, _ = real_job
+    extra = json.loads((out / "manifests" / "clean.json").read_text())["extra"]
+    queues = sorted((out / "review").glob("anomaly-*"))
+    assert len(queues) == 1 and Path(extra["anomaly_review_queue"]) == queues[0]
+    assert extra["counters"]["anomaly_review_queued"] == len(load_queue(str(queues[0])))
+    tasks = load_queue(str(queues[0]))
+    task0 = tasks[0]["anomaly"]
+    review, drop = task0["review_threshold"], task0["threshold"]
+    kept = [r for f in sorted((out / "docs" / "clean").glob("*.parquet"))
+            for r in pq.read_table(f, columns=["id", "anomaly_score"]).to_pylist()]
+    band = sorted(((r["anomaly_score"], r["id"]) for r in kept
+                   if r["anomaly_score"] is not None and review < r["anomaly_score"] <= drop), reverse=True)
+    assert 0 < len(tasks) == min(len(band), 100)
+    assert [t["task_id"] for t in tasks] == [i for _, i in band[:len(tasks)]]  # highest first
+    assert review < drop and all(review < t["anomaly"]["score"] <= drop for t in tasks)
+    for t in tasks:
+        assert t["taxonomy"] == TAXONOMY and t["suggestions"]["anomaly"]["value"] == "ok"
+        assert len(t["anomaly"]["features"]) == len(FEATURE_NAMES) and t["anomaly"]["nearest_reference"]
+        assert t["context"][0].startswith(f"anomaly score {t['anomaly']['score']:.3f}")
+        assert any(line.startswith("nearest reference document: ") for line in t["context"])

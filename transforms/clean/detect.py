@@ -39,8 +39,13 @@ class AnomalyConfig:
     model: str = ""  # a directory of versions and CURRENT (``python -m pipelines.anomaly train``); "" = off
     version: str = ""  # a version of ``model``; "" = the one CURRENT names
     flag_rate: float = 0.05  # the train command: share of the corpus sample above the threshold
+    review_rate: float = 0.10  # the train command: share under it that scores above the review threshold
     contamination: float = 0.05  # the train command: share of each batch left out of the autoencoders' loss
     threshold: Optional[float] = None  # overrides the artifact's calibrated threshold
+    # kept documents above the review threshold (and under the threshold) queued for a
+    # person, highest first, per run (review/anomaly-<time>/); 0: no queue
+    review_budget: int = 100
+    review_threshold: Optional[float] = None  # overrides the artifact's review threshold
     inference: str = "inline"  # inline | runinference (GPU when the worker has one)
     batch_size: int = 64  # documents per language-model batch
 
@@ -51,6 +56,12 @@ class AnomalyConfig:
             raise ValueError(f"contamination must be in [0, 0.5), got {self.contamination}")
         if self.threshold is not None and not math.isfinite(self.threshold):
             raise ValueError(f"threshold must be a finite number, got {self.threshold}")
+        if not 0.0 <= self.review_rate <= 0.5:
+            raise ValueError(f"review_rate must be in [0, 0.5], got {self.review_rate}")
+        if self.review_budget < 0:
+            raise ValueError(f"review_budget must be >= 0, got {self.review_budget}")
+        if self.review_threshold is not None and not math.isfinite(self.review_threshold):
+            raise ValueError(f"review_threshold must be a finite number, got {self.review_threshold}")
         if self.inference not in INFERENCE_MODES:
             raise ValueError(f"inference must be one of {list(INFERENCE_MODES)}, got {self.inference!r}")
         if self.batch_size <= 0:

@@ -1,0 +1,98 @@
+"""pipelines/anomaly_review.py: which documents the anomaly review queue takes (the band
+between the review and the drop threshold, the config's overrides) and what a task shows."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from pipelines.anomaly_review import TAXONOMY, anomaly_task, in_band, review_band
+from pipelines.review import load_queue
+from tests.browser import chromium  # noqa: F401  (fixture)
+from transforms.clean.detect import AnomalyConfig
+from transforms.doc import AnomalyScores, Doc
+
+
+def _model(tmp_path: Path, meta: dict) -> str:
+    (tmp_path / "v1").mkdir(parents=True)
+    (tmp_path / "v1" / "meta.json").write_text(json.dumps(meta))
+    (tmp_path / "CURRENT").write_text("v1\n")
+    return str(tmp_path)
+
+
+def test_the_band_comes_from_the_artifact_and_the_config_overrides_it(tmp_path):
+    model = _model(tmp_path, {"threshold": 2.0, "review_threshold": 1.0})
+    assert review_band(AnomalyConfig(model=model)) == (1.0, 2.0)
+    assert review_band(AnomalyConfig(model=model, threshold=3.0, review_threshold=0.5)) == (0.5, 3.0)
+    assert review_band(AnomalyConfig(model=model, review_budget=0)) is None  # no queue
+    assert review_band(AnomalyConfig(model=model, review_threshold=2.0)) is None  # an empty band
+    assert review_band(AnomalyConfig()) is None  # no model
+    old = _model(tmp_path / "old", {"threshold": 2.0})  # an artifact without a review threshold
+    assert review_band(AnomalyConfig(model=old)) is None
+    for bad in ({"review_budget": -1}, {"review_rate": 0.6}, {"review_threshold": float("inf")}):
+        with pytest.raises(ValueError):
+            AnomalyConfig(**bad)
+
+
+def _doc(score, **scores) -> Doc:
+    return Doc(id="d1", url="http://x/1", text="some text " * 5, source="s", fetched_at="", lang="en",
+               anomaly_score=score, anomaly_scores=AnomalyScores(**scores) if scores else None)
+
+
+@pytest.mark.parametrize("score,queued", [(1.0, False), (1.0001, True), (2.0, True), (2.0001, False), (None, False)])
+def test_the_band_is_above_the_review_threshold_and_at_most_the_drop_one(score, queued):
+    assert in_band(_doc(score), (1.0, 2.0)) is queued
+
+
+def test_a_task_shows_the_scores_both_thresholds_and_the_nearest_reference():
+    doc = _doc(1.5, perplexity=2.25, representation=None, signals=0.5, context=1.0, token_perplexity=30.0)
+    task = anomaly_task(doc, (1.0, 2.0), "v7", [0.5, 2.0], "a reference document")
+    assert task["taxonomy"] == TAXONOMY and task["suggestions"] == {"anomaly": {"value": "ok", "score": 1.0,
+                                                                                "version": "v7"}}
+    assert task["context"] == ["anomaly score 1.500: review above 1.000, dropped above 2.000",
+                               "detectors: perplexity 2.250, representation none (no centre for its language), "
+                               "signals 0.500, context 1.000",
+                               "language en; detector v7", "nearest reference document: a reference document"]
+    assert task["anomaly"]["features"] == [0.5, 2.0] and "token_perplexity" not in task["anomaly"]["scores"]
+    assert task["task_id"] == task["doc_id"] == "d1" and not task["text_truncated"]
+
+
+def test_the_review_page_shows_the_scores_and_takes_junk_or_ok(tmp_path, chromium):  # noqa: F811
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from pipelines.review_page import ReviewSession
+    from pipelines.review_server import serve
+    from tests.browser import console_errors
+
+    docs = [dataclasses.replace(_doc(1.9 - i / 10, perplexity=1.0, representation=0.0, signals=2.0, context=None,
+                                     token_perplexity=9.0), id=f"d{i}") for i in range(2)]
+    tasks = [anomaly_task(d, (1.0, 2.0), "v7", [0.0], "<b>a reference</b>") for d in docs]
+    queue = tmp_path / "tasks.jsonl"
+    queue.write_text("".join(json.dumps(t) + "\n" for t in tasks))
+    answers = tmp_path / "answers.jsonl"
+    server = serve(ReviewSession(load_queue(str(queue)), str(answers), "rita"), port=0)
+    try:
+        chromium.get(server.url)
+        wait = WebDriverWait(chromium, 20)
+        wait.until(lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-ready") == "1")
+        lines = [p.text for p in chromium.find_elements(By.CSS_SELECTOR, "#context .ctx")]
+        assert lines[0] == "anomaly score 1.900: review above 1.000, dropped above 2.000"
+        assert "context none (no centre for its language)" in lines[1]
+        assert lines[-1] == "nearest reference document: <b>a reference</b>"  # text, not HTML
+        progress = chromium.find_element(By.ID, "progress")
+        body = chromium.find_element(By.TAG_NAME, "body")
+        body.send_keys(Keys.ENTER)  # d0: accept the suggestion, ok
+        wait.until(lambda d: progress.text == "1 / 2 reviewed")
+        body.send_keys("1")  # d1: junk (the first value)
+        body.send_keys(Keys.ENTER)
+        wait.until(lambda d: progress.text == "2 / 2 reviewed")
+        assert console_errors(chromium) == []
+    finally:
+        server.shutdown()
+    rows = [json.loads(line) for line in answers.read_text().splitlines()]
+    assert [(r["task_id"], r["labels"]) for r in rows] == [("d0", {"anomaly": "ok"}), ("d1", {"anomaly": "junk"})]
