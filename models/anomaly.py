@@ -62,6 +62,7 @@ import torch
 
 from models.autoencoder import Autoencoder, AutoencoderParams, train_autoencoder
 from models.files import CURRENT, ModelError, local_copy, read_current as read_version, sha256_file
+from models.review_head import ReviewHead
 from models.textlm import OUTPUT_COLUMNS, LMParams, TextLM, lm_from_state, train_lm
 
 _LOGGER = logging.getLogger(__name__)
@@ -188,6 +189,7 @@ class AnomalyDetector:
     # one is shown beside a queued document (``nearest_reference``)
     snippets: tuple[str, ...] = ()
     snippet_vectors: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    head: Optional[ReviewHead] = None  # learnt from reviewed documents (``with_head``)
     version: str = ""
     path: str = ""  # the version directory it was loaded from or saved to
     metadata: dict[str, Any] = field(default_factory=dict)
@@ -214,7 +216,21 @@ class AnomalyDetector:
             return Scores(np.zeros(0), np.zeros((0, len(DETECTORS))), np.zeros(0))
         z = (self.raw(lm_out, features, langs) - self.location) / self.scale
         combined = combine(z, self.weights, self.combination)
+        if self.head is not None:
+            combined = self.with_head(combined, z, features)
         return Scores(combined=combined, detectors=z, perplexity=np.exp(lm_out[:, 1].astype(np.float64)))
+
+    def with_head(self, combined: np.ndarray, z: np.ndarray, features: np.ndarray) -> np.ndarray:
+        """The decision score with a review head (``pipelines.anomaly learn``): the larger
+        of the combined score and the head's probability scaled so that its own threshold
+        lands on the drop threshold (``threshold * p / head.threshold``): the head drops
+        what reviewers would, the combined score what it did before. A document no detector
+        scored (its language has no centre) is never judged by the head (its signals are
+        language-dependent too)."""
+        assert self.head is not None
+        p = self.head.probability(z, features)
+        p[np.isnan(z).all(axis=1)] = 0.0
+        return np.maximum(combined, self.threshold * p / self.head.threshold)
 
     def score(self, texts: Sequence[str], features: np.ndarray, langs: Sequence[str]) -> Scores:
         return self.score_lm_output(self.lm.score(texts), features, langs)
@@ -256,6 +272,7 @@ class AnomalyDetector:
             "detector_thresholds": [float(v) if np.isfinite(v) else None for v in self.detector_thresholds],
             "combination_rule": self.combination,
             "review_threshold": self.review_threshold,
+            "review_head": None if self.head is None else self.head.state(),
             "reference_snippets": {"texts": list(self.snippets),
                                    "vectors": np.round(self.snippet_vectors, 5).tolist()},
             "combination": "weighted mean of the positive parts of the detectors' scores, each "
@@ -294,11 +311,12 @@ class AnomalyDetector:
                                                 dtype=np.float64),
                    feature_set=str(meta["feature_set"]), combination=str(meta.get("combination_rule", "mean")),
                    review_threshold=_optional_float(meta.get("review_threshold")),
+                   head=_head(base, meta.get("review_head"), len(DETECTORS) + 1 + len(meta["feature_names"])),
                    snippets=tuple(str(t) for t in snippets.get("texts", ())),
                    snippet_vectors=np.array(snippets.get("vectors", []), dtype=np.float64).reshape(
                        len(snippets.get("texts", ())), -1),
                    version=str(meta["version"]), path=base,
-                   metadata={k: meta[k] for k in ("training", "trained_at") if k in meta})
+                   metadata={k: meta[k] for k in ("training", "trained_at", "review") if k in meta})
 
 
 def _check_features(base: str, meta: dict[str, Any], feature_set: Optional[str],
@@ -318,6 +336,15 @@ def _check_features(base: str, meta: dict[str, Any], feature_set: Optional[str],
                       if only_model or only_pipeline else " (the same names in another order)")
     raise ModelError(f"{base}: trained on feature set {trained_set!r} {trained}, the pipeline computes "
                      f"{pipeline}{difference}: retrain it")
+
+
+def _head(base: str, state: Any, width: int) -> Optional[ReviewHead]:
+    if state is None:
+        return None
+    try:
+        return ReviewHead.from_state(state, width)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ModelError(f"{base}/meta.json: unreadable review_head: {exc}") from exc
 
 
 def _optional_float(value: Any) -> Optional[float]:

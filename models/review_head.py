@@ -49,6 +49,20 @@ class ReviewHead:
         x = (head_features(z, signals) - self.mean) / self.scale
         return 1.0 / (1.0 + np.exp(-np.clip(x @ self.coef + self.intercept, -50, 50)))
 
+    @classmethod
+    def from_state(cls, state: dict[str, Any], width: int) -> "ReviewHead":
+        """The head of ``state`` (``state()``'s form); ``ValueError`` unless its arrays are
+        ``width`` finite numbers and its threshold is in (0, 1)."""
+        arrays = {k: np.asarray(state[k], dtype=np.float64) for k in ("mean", "scale", "coef")}
+        if any(a.shape != (width,) or not np.isfinite(a).all() for a in arrays.values()):
+            raise ValueError(f"mean, scale and coef must be {width} finite numbers")
+        threshold = float(state["threshold"])
+        if not 0.0 < threshold < 1.0 or not np.isfinite(float(state["intercept"])):
+            raise ValueError(f"threshold must be in (0, 1), got {threshold}")
+        return cls(mean=arrays["mean"], scale=arrays["scale"], coef=arrays["coef"],
+                   intercept=float(state["intercept"]), feature_names=tuple(str(n) for n in state["feature_names"]),
+                   examples=int(state["examples"]), junk_share=float(state["junk_share"]), threshold=threshold)
+
     def state(self) -> dict[str, Any]:
         return {"mean": self.mean.tolist(), "scale": self.scale.tolist(), "coef": self.coef.tolist(),
                 "intercept": self.intercept, "feature_names": list(self.feature_names),

@@ -20,6 +20,16 @@ written as a new version under ``--out`` or ``clean.anomaly.model`` (``CURRENT``
 When the current version was trained on the same corpus sample, reference, settings and
 code (``training.key`` in its meta.json), nothing is trained: it is reused (``--force``
 retrains).
+
+    python -m pipelines.anomaly learn --config configs/X.yaml --answers ANSWERS.jsonl ...
+        [--queue review/anomaly-<time>/ ...] [--model DIR]
+
+learns a review head (``models/review_head.py``) from the answers a reviewer gave on the
+clean stage's anomaly review queue (``pipelines/anomaly_review.py``; the review page's
+answer files): a logistic regression on the answered tasks' detector scores and signal
+features, saved as a new version of the detector whose decision score is the larger of
+the combined score and the head's scaled probability (``AnomalyDetector.with_head``).
+Only answers to tasks scored by the current version are used; the rest are counted.
 """
 
 from __future__ import annotations
@@ -194,6 +204,109 @@ def _train_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def queued_anomaly_tasks(paths: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """Task id → task of the anomaly review queues (folders or tasks.jsonl files, in order:
+    a later queue's task wins)."""
+    from pipelines.review import load_queue
+
+    tasks: dict[str, dict[str, Any]] = {}
+    for path in paths:
+        for task in load_queue(path):
+            if isinstance(task, dict) and isinstance(task.get("anomaly"), dict) and "task_id" in task:
+                tasks[str(task["task_id"])] = task
+    return tasks
+
+
+def read_answers(paths: Sequence[str]) -> tuple[dict[str, bool], dict[str, int]]:
+    """(task id → junk?, lines set aside by reason) of review-page answer files (``{"task_id",
+    "labels": {"anomaly": "junk" | "ok"}}``; a later answer to a task wins)."""
+    answers: dict[str, bool] = {}
+    aside: dict[str, int] = {}
+    for path in paths:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                    value = row["labels"]["anomaly"]
+                    task_id = str(row["task_id"])
+                except (ValueError, KeyError, TypeError):
+                    aside["not an anomaly answer"] = aside.get("not an anomaly answer", 0) + 1
+                    continue
+                if value not in ("junk", "ok"):
+                    aside["value not junk or ok"] = aside.get("value not junk or ok", 0) + 1
+                    continue
+                answers[task_id] = value == "junk"
+    return answers, aside
+
+
+def _learn_command(args: argparse.Namespace) -> int:
+    """A supervised head on the answered queue tasks' detector scores and signals, saved as
+    a new version of the detector (``CURRENT`` last)."""
+    import glob
+    from datetime import datetime, timezone
+
+    from models.anomaly import DETECTORS, AnomalyDetector
+    from models.files import ModelError
+    from models.review_head import fit_head
+    from pipelines.config import load_config_or_report
+    from transforms.clean.features import FEATURE_NAMES
+
+    config = load_config_or_report(args.config)
+    if config is None:
+        return 2
+    model = args.model or (config.clean.anomaly.model if config.clean is not None else "")
+    if not model:
+        sys.stderr.write("no detector: give --model or clean.anomaly.model in the config\n")
+        return 2
+    queues = args.queue or sorted(glob.glob(os.path.join(config.output, "review", "anomaly-*")))
+    try:
+        detector = AnomalyDetector.load(model)
+        tasks = queued_anomaly_tasks(queues)
+        answers, aside = read_answers(args.answers)
+    except (OSError, ValueError, ModelError) as exc:
+        sys.stderr.write(f"cannot learn from the review: {exc}\n")
+        return 2
+    rows, skipped = [], {"not in a queue": 0, "scored by another detector version": 0}
+    for task_id, junk in answers.items():
+        task = tasks.get(task_id)
+        if task is None:
+            skipped["not in a queue"] += 1
+        elif task["anomaly"].get("version") != detector.version:
+            skipped["scored by another detector version"] += 1
+        else:
+            rows.append((task["anomaly"], junk))
+    pool = [t["anomaly"] for t in tasks.values() if t["anomaly"].get("version") == detector.version]
+
+    def arrays(items: Sequence[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
+        z = np.array([[np.nan if a["scores"].get(d) is None else float(a["scores"][d]) for d in DETECTORS]
+                      for a in items], dtype=np.float64).reshape(len(items), len(DETECTORS))
+        x = np.array([a["features"] for a in items], dtype=np.float64).reshape(len(items), len(FEATURE_NAMES))
+        return z, x
+
+    try:
+        z, x = arrays([a for a, _ in rows])
+        pool_z, pool_x = arrays(pool)
+        head = fit_head(z, x, [junk for _, junk in rows], pool_z, pool_x,
+                        list(DETECTORS) + ["no_centre"] + list(FEATURE_NAMES))
+    except (ValueError, KeyError, TypeError) as exc:
+        sys.stderr.write(f"cannot learn from the review ({len(rows)} usable answers; set aside: "
+                         f"{ {**aside, **{k: v for k, v in skipped.items() if v}} }): {exc}\n")
+        return 2
+    previous = detector.version
+    detector.head = head
+    detector.version = f"v{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S%f')[:-3]}-review"
+    detector.metadata["review"] = {"answers": len(rows), "junk": int(sum(j for _, j in rows)),
+                                   "from_version": previous, "queues": list(queues),
+                                   "set_aside": {**aside, **{k: v for k, v in skipped.items() if v}},
+                                   "learnt_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    path = detector.save(model)
+    sys.stdout.write(f"review head learnt from {len(rows)} answers ({int(sum(j for _, j in rows))} junk); "
+                     f"threshold {head.threshold:.3f}; saved {path} (was {previous})\n")
+    return 0
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pipelines.anomaly", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -213,9 +326,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     train.add_argument("--force", action="store_true",
                        help="train even when the current model was trained on the same corpus sample, "
                             "reference, settings and code (it is reused otherwise)")
+    learn = sub.add_parser("learn", help="learn a review head from answered anomaly review tasks")
+    learn.add_argument("--config", required=True)
+    learn.add_argument("--answers", nargs="+", required=True, help="review-page answer files (JSONL)")
+    learn.add_argument("--queue", nargs="*", default=[],
+                       help="review/anomaly-<time>/ folders (default: all of the config's output)")
+    learn.add_argument("--model", default="", help="detector directory (default: clean.anomaly.model)")
     args = parser.parse_args(argv)
     setup_logging()
-    return _train_command(args)
+    return _learn_command(args) if args.command == "learn" else _train_command(args)
 
 
 if __name__ == "__main__":

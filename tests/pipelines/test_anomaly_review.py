@@ -12,6 +12,7 @@ import pytest
 from pipelines.anomaly_review import TAXONOMY, anomaly_task, in_band, review_band
 from pipelines.review import load_queue
 from tests.browser import chromium  # noqa: F401  (fixture)
+from tests.cleanmodels import clean_models  # noqa: F401  (fixture)
 from transforms.clean.detect import AnomalyConfig
 from transforms.doc import AnomalyScores, Doc
 
@@ -96,3 +97,63 @@ def test_the_review_page_shows_the_scores_and_takes_junk_or_ok(tmp_path, chromiu
         server.shutdown()
     rows = [json.loads(line) for line in answers.read_text().splitlines()]
     assert [(r["task_id"], r["labels"]) for r in rows] == [("d0", {"anomaly": "ok"}), ("d1", {"anomaly": "junk"})]
+
+
+def test_learn_makes_a_new_version_whose_head_drops_what_the_reviewer_called_junk(tmp_path, clean_models):  # noqa: F811
+    import random
+    import shutil
+
+    from benchmarks.anomalies import clean_chunks, planted_new
+    from models.anomaly import DETECTORS, AnomalyDetector, read_current
+    from pipelines.anomaly import main as anomaly_main
+    from tests.cleanmodels import unwrap
+    from tests.conftest import shared
+    from transforms.clean.features import feature_matrix
+    from transforms.clean.signals import compute_signals
+
+    model = tmp_path / "anomaly"
+    shutil.copytree(clean_models["anomaly"], model)
+    detector = AnomalyDetector.load(str(model))
+    books = [unwrap(c) for c in clean_chunks(shared("text"))][:160]
+    rng = random.Random(3)
+    junk = [planted_new("word_salad", rng, books[i:i + 1]) for i in range(0, 120, 2)]
+    texts = books[60:120] + junk
+    signals = [compute_signals(t) for t in texts]
+    x = feature_matrix(signals)
+    scores = detector.score(texts, x, ["en"] * len(texts))
+    band = (float(detector.review_threshold), float(detector.threshold))
+    docs = [Doc(id=f"d{i}", url="", text=t, source="s", fetched_at="", lang="en", signals=s,
+                anomaly_score=float(c), anomaly_scores=AnomalyScores(**dict(zip(DETECTORS, map(float, z)))))
+            for i, (t, s, c, z) in enumerate(zip(texts, signals, scores.combined, scores.detectors))]
+    queue = tmp_path / "out" / "review" / "anomaly-20261207T000000"
+    queue.mkdir(parents=True)
+    tasks = [anomaly_task(d, band, detector.version, f, "") for d, f in zip(docs, x)]
+    tasks[0]["anomaly"]["version"] = "v-older"  # scored by another version: not learnt from
+    queue.joinpath("tasks.jsonl").write_text("".join(json.dumps(t) + "\n" for t in tasks))
+    answers = tmp_path / "answers.jsonl"
+    lines = [{"task_id": d.id, "labels": {"anomaly": "junk" if i >= 60 else "ok"}} for i, d in enumerate(docs)]
+    lines += [{"task_id": "nowhere", "labels": {"anomaly": "junk"}},
+              {"task_id": "d1", "labels": {"anomaly": "maybe"}}, {"labels": "not a mapping"}]
+    answers.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    cfg = tmp_path / "job.yaml"
+    (tmp_path / "docs.jsonl").write_text(json.dumps({"text": books[0]}) + "\n")
+    cfg.write_text(f"output: {tmp_path / 'out'}\ninputs:\n  - format: jsonl\n    path: {tmp_path / 'docs.jsonl'}\nclean:\n"
+                   f"  langid:\n    model: {clean_models['lid']}\n  anomaly:\n    model: {model}\n")
+    assert anomaly_main(["learn", "--config", str(cfg), "--answers", str(answers)]) == 0
+    learnt = AnomalyDetector.load(str(model))
+    assert learnt.version != detector.version and read_current(str(model)) == learnt.version
+    assert learnt.head is not None and learnt.head.examples == 119  # d0 of another version left out
+    review = learnt.metadata["review"]
+    assert review["from_version"] == detector.version and review["junk"] == 60
+    assert review["set_aside"] == {"not an anomaly answer": 1, "value not junk or ok": 1, "not in a queue": 1,
+                                   "scored by another detector version": 1}
+    after = learnt.score(texts, x, ["en"] * len(texts)).combined
+    assert (after >= scores.combined - 1e-9).all()  # the head only adds: max(combined, scaled p)
+    dropped = after > learnt.threshold
+    assert dropped[60:].mean() > 0.8 and dropped[:60].mean() < 0.1  # word salad dropped, books kept
+    chinese = learnt.score(texts[:3], x[:3], ["zh"] * 3).combined  # no centre: never the head's
+    assert (chinese == 0).all()
+    # too few kinds of answer: refused, nothing written
+    answers.write_text(json.dumps({"task_id": "d5", "labels": {"anomaly": "ok"}}) + "\n")
+    assert anomaly_main(["learn", "--config", str(cfg), "--answers", str(answers)]) == 2
+    assert read_current(str(model)) == learnt.version
