@@ -137,8 +137,9 @@ def test_learn_makes_a_new_version_whose_head_drops_what_the_reviewer_called_jun
     answers.write_text("".join(json.dumps(line) + "\n" for line in lines))
     cfg = tmp_path / "job.yaml"
     (tmp_path / "docs.jsonl").write_text(json.dumps({"text": books[0]}) + "\n")
-    cfg.write_text(f"output: {tmp_path / 'out'}\ninputs:\n  - format: jsonl\n    path: {tmp_path / 'docs.jsonl'}\nclean:\n"
-                   f"  langid:\n    model: {clean_models['lid']}\n  anomaly:\n    model: {model}\n")
+    cfg.write_text(f"output: {tmp_path / 'out'}\ninputs:\n  - format: jsonl\n"
+                   f"    path: {tmp_path / 'docs.jsonl'}\nclean:\n  langid:\n    model: {clean_models['lid']}\n"
+                   f"  anomaly:\n    model: {model}\n")
     assert anomaly_main(["learn", "--config", str(cfg), "--answers", str(answers)]) == 0
     learnt = AnomalyDetector.load(str(model))
     assert learnt.version != detector.version and read_current(str(model)) == learnt.version
@@ -157,3 +158,63 @@ def test_learn_makes_a_new_version_whose_head_drops_what_the_reviewer_called_jun
     answers.write_text(json.dumps({"task_id": "d5", "labels": {"anomaly": "ok"}}) + "\n")
     assert anomaly_main(["learn", "--config", str(cfg), "--answers", str(answers)]) == 2
     assert read_current(str(model)) == learnt.version
+
+
+def test_the_whole_task_of_a_queued_document():
+    from pipelines.anomaly_review import TEXT_LIMIT
+    from transforms.doc import ID_SCHEME
+
+    doc = dataclasses.replace(_doc(1.25, perplexity=1.0, representation=0.5, signals=0.25, context=0.125,
+                                   token_perplexity=7.0), lang="", source_id="in-7", title="T",
+                              text="x" * (TEXT_LIMIT + 1))
+    task = anomaly_task(doc, (1.0, 2.0), "v9", [1, 2.5], "")
+    assert task == {
+        "task_id": "d1", "doc_id": "d1", "source_id": "in-7", "id_scheme": ID_SCHEME, "url": "http://x/1",
+        "title": "T", "text": "x" * TEXT_LIMIT, "text_truncated": True,
+        "suggestions": {"anomaly": {"value": "ok", "score": 1.0, "version": "v9"}}, "taxonomy": TAXONOMY,
+        "context": ["anomaly score 1.250: review above 1.000, dropped above 2.000",
+                    "detectors: perplexity 1.000, representation 0.500, signals 0.250, context 0.125",
+                    "language ?; detector v9"],  # no nearest reference: no line for it
+        "anomaly": {"score": 1.25, "review_threshold": 1.0, "threshold": 2.0,
+                    "scores": {"perplexity": 1.0, "representation": 0.5, "signals": 0.25, "context": 0.125},
+                    "lang": "", "version": "v9", "features": [1.0, 2.5], "nearest_reference": ""}}
+    exact = anomaly_task(dataclasses.replace(doc, text="y" * TEXT_LIMIT), (1.0, 2.0), "v9", [], "")
+    assert exact["text_truncated"] is False and len(exact["text"]) == TEXT_LIMIT
+    unscored = anomaly_task(dataclasses.replace(doc, anomaly_scores=None), (1.0, 2.0), "v9", [], "")
+    assert unscored["anomaly"]["scores"] == {} and unscored["context"][1] == "detectors: "
+
+
+def test_the_band_of_a_named_version_and_a_budget_of_one(tmp_path):
+    model = _model(tmp_path, {"threshold": 2.0, "review_threshold": 1.0})
+    (tmp_path / "v2").mkdir()
+    (tmp_path / "v2" / "meta.json").write_text(json.dumps({"threshold": 5.0, "review_threshold": 4.0}))
+    assert review_band(AnomalyConfig(model=model, review_budget=1)) == (1.0, 2.0)  # CURRENT: v1
+    assert review_band(AnomalyConfig(model=model, version="v2")) == (4.0, 5.0)
+
+
+def test_the_review_head_round_trips_and_refuses_a_damaged_state():
+    import numpy as np
+
+    from models.review_head import ReviewHead, fit_head, head_features
+
+    rng = np.random.default_rng(1)
+    z, x = rng.normal(size=(60, 2)), rng.normal(size=(60, 1))
+    head = fit_head(z, x, x[:, 0] > 0, z, x, ["a", "b", "no_centre", "s"])
+    state = json.loads(json.dumps(head.state()))
+    again = ReviewHead.from_state(state, 4)
+    assert np.array_equal(again.probability(z, x), head.probability(z, x))
+    assert again.threshold == head.threshold and again.examples == 60
+    assert again.feature_names == ("a", "b", "no_centre", "s")
+    for key, bad in (("coef", [1.0, 2.0]), ("mean", [0.0, float("nan"), 0.0, 0.0]), ("threshold", 1.0),
+                     ("threshold", 0.0), ("intercept", float("inf"))):
+        with pytest.raises(ValueError):
+            ReviewHead.from_state({**state, key: bad}, 4)
+    with pytest.raises(KeyError):
+        ReviewHead.from_state({k: v for k, v in state.items() if k != "scale"}, 4)
+    # a detector that did not score (NaN) is 0 and sets the no-centre column
+    features = head_features(np.array([[np.nan, np.nan], [1.5, np.nan]]), np.array([[2.0], [3.0]]))
+    assert features.tolist() == [[0.0, 0.0, 1.0, 2.0], [1.5, 0.0, 0.0, 3.0]]
+    # extreme logits are clipped at +-50: finite, strictly inside (0, 1)
+    loud = ReviewHead.from_state({**state, "coef": [1e6, 0.0, 0.0, 0.0], "mean": [0.0] * 4, "scale": [1.0] * 4}, 4)
+    p = loud.probability(np.array([[1.0, 0.0], [-1.0, 0.0]]), np.zeros((2, 1)))
+    assert p.tolist() == pytest.approx([1.0 / (1.0 + np.exp(-50.0)), 1.0 / (1.0 + np.exp(50.0))], rel=1e-12)
