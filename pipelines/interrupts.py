@@ -13,8 +13,9 @@ joined for at most 30 s, the worker pool killed after 10 s).
 From the first signal on, unless the run logs at ``DEBUG``, the way out is silent: the
 logging of every module (Beam's error for the interrupted bundle, gRPC's, the job
 server's Java lines, which Beam logs line by line) is switched off, and so are
-tracebacks of other threads and "Exception ignored" messages while the interpreter
-ends; the command prints its one line. Before, a Ctrl-C printed 93 lines with 3
+tracebacks of other threads, what other threads write to stderr (the SDK harness prints
+a failed instruction's traceback itself) and "Exception ignored" messages while the
+interpreter ends; the command prints its one line. Before, a Ctrl-C printed 93 lines with 3
 tracebacks on FnApiRunner and ended with exit 1 as if a stage had failed.
 
 Not covered: a Ctrl-C at a terminal reaches the whole foreground process group, and
@@ -45,6 +46,36 @@ class _State:
     signum: Optional[int] = None
     quiet = False  # stays set after the run: the interpreter's end must be quiet too
     open = False  # handled() is open (signum stays readable after it closes)
+    stderr: Any = None  # sys.stderr before _MainThreadOnly replaced it
+
+
+class _MainThreadOnly:
+    """``sys.stderr`` while an interrupted run ends quietly: writes from other threads are
+    dropped. Beam's SDK harness prints a failed instruction's traceback itself, outside
+    logging (``sdk_worker._execute``): on Prism, a Ctrl-C that stopped the job server while
+    the harness fetched a bundle descriptor printed gRPC's UNAVAILABLE traceback (CI)."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        if threading.current_thread() is threading.main_thread():
+            return int(self._stream.write(text) or 0)
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def _quiet_stderr() -> None:
+    if _State.stderr is None:
+        _State.stderr = sys.stderr
+        sys.stderr = _MainThreadOnly(sys.stderr)
+
+
+def _restore_stderr() -> None:
+    if _State.stderr is not None:
+        sys.stderr, _State.stderr = _State.stderr, None
 
 
 def received() -> Optional[int]:
@@ -84,6 +115,7 @@ def _on_signal(signum: int, frame: object) -> None:
     if not logging.getLogger().isEnabledFor(logging.DEBUG):
         _State.quiet = True
         logging.disable(logging.CRITICAL)
+        _quiet_stderr()
     raise SystemExit(128 + signum)
 
 
@@ -105,6 +137,7 @@ def handled() -> Iterator[None]:
         _State.open = False
         for s, handler in previous.items():
             signal.signal(s, handler)
+        _restore_stderr()
         if _State.quiet:
             logging.disable(logging.NOTSET)
 
@@ -133,3 +166,4 @@ def stay_quiet() -> None:
     turns it back on for callers that go on)."""
     if _State.quiet:
         logging.disable(logging.CRITICAL)
+        _quiet_stderr()

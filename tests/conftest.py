@@ -55,4 +55,5 @@ def _no_signal_left():
     from pipelines import interrupts
 
     interrupts._State.signum, interrupts._State.quiet = None, False
+    interrupts._restore_stderr()
     logging.disable(logging.NOTSET)

@@ -72,6 +72,45 @@ def test_a_signal_ends_the_run_once_with_128_plus_its_number_and_silences_the_lo
         logging.disable(logging.NOTSET)
 
 
+def test_other_threads_cannot_write_to_stderr_while_an_interrupted_run_unwinds(capsys):
+    """Beam's SDK harness prints a failed instruction's traceback to stderr itself (not
+    through logging): CI saw gRPC's UNAVAILABLE traceback after a Ctrl-C on Prism."""
+    import sys
+    import threading
+
+    def harness(text: str) -> None:
+        thread = threading.Thread(target=lambda: print(text, file=sys.stderr))
+        thread.start()
+        thread.join()
+
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.INFO)
+    try:
+        with interrupts.handled():
+            harness("before the signal")  # a running job's stderr is untouched
+            with pytest.raises(SystemExit):
+                interrupts._on_signal(signal.SIGINT, None)
+            harness("Traceback (most recent call last): from the harness")
+            print("the one line", file=sys.stderr)  # the main thread's line gets through
+        harness("after the run")  # handled() gives stderr back to callers that go on
+        root.setLevel(logging.DEBUG)
+        with interrupts.handled():
+            with pytest.raises(SystemExit):
+                interrupts._on_signal(signal.SIGINT, None)
+            harness("at DEBUG other threads still write")
+    finally:
+        root.setLevel(level)
+        logging.disable(logging.NOTSET)
+    err = capsys.readouterr().err
+    assert err.splitlines() == ["before the signal", "the one line", "after the run",
+                                "at DEBUG other threads still write"]
+    interrupts._State.quiet = True
+    interrupts.stay_quiet()  # the interpreter's end after an interrupted command: quiet too
+    harness("at the interpreter's end")
+    assert capsys.readouterr().err == ""
+
+
 def test_the_resume_command_drops_force_and_masks_credentials():
     command = run.resume_command(["--config", "c.yaml", "--force", "--s3_secret_access_key=wJalr/XUt",
                                   "--s3_session_token", "FQoGZX", "--output", "s3://KEY:SECRET@b/out",
