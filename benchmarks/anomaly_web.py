@@ -37,6 +37,7 @@ from typing import Iterator, Optional
 from benchmarks.anomalies import KINDS, NEW_KINDS, clean_chunks, planted_new
 from benchmarks.cross_families import DEV_KINDS, HELD_OUT_KINDS, planted_cross
 from benchmarks.scrapinghub import load_pages
+from pipelines.reference_corpus import paragraphs, unwrap
 
 DEV_FAMILIES: tuple[str, ...] = KINDS + DEV_KINDS
 HELD_OUT_FAMILIES: tuple[str, ...] = ("page_junk",) + NEW_KINDS + HELD_OUT_KINDS
@@ -160,13 +161,8 @@ def _sentence_docs(sentences: list[str], rng: random.Random, limit: Optional[int
         pos += n
         if len(doc) < 6:
             break
-        paras, i = [], 0
-        while i < len(doc):
-            k = rng.randint(1, 4)
-            paras.append(" ".join(doc[i:i + k]))
-            i += k
         made += 1
-        yield "\n".join(paras)
+        yield paragraphs(doc, rng)
 
 
 def leipzig_items(sentence_dir: Path, seed: int = 0) -> tuple[list[Item], list[str]]:
@@ -182,11 +178,6 @@ def leipzig_items(sentence_dir: Path, seed: int = 0) -> tuple[list[Item], list[s
             key = f"leipzig:{lang}:{i}"
             items.append(Item(key, text, NORMAL, f"leipzig:{lang}", split_of(key)))
     return items, reference
-
-
-def unwrap(text: str) -> str:
-    """Joins hard-wrapped lines: one line per paragraph, as on the web."""
-    return re.sub(r"\s*\n\s*\n\s*", "\n", re.sub(r"(?<!\n)\n(?!\n)", " ", text)).strip()
 
 
 @dataclass(frozen=True)

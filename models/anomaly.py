@@ -467,7 +467,7 @@ def train_detector(reference: Sequence[str], reference_langs: Sequence[str], ref
         raise ValueError("one language and one kept flag per text are needed")
     held = _holdout(reference, params.holdout_fraction, reference_langs, params.min_language_docs)
     if lm is None:
-        lm = train_lm(lm_texts(reference, reference_langs, params), params.lm, seed)
+        lm = train_lm([t for t, h in zip(reference, held) if not h], params.lm, seed)  # as lm_texts
     ref_out = lm.score(reference)
     hidden_names = [f"lm_hidden_{j}" for j in range(ref_out.shape[1] - _HIDDEN)]
     representation = train_autoencoder(ref_out[~held, _HIDDEN:], hidden_names, params.representation, seed,

@@ -102,11 +102,10 @@ def trained_version(model_dir: str, key: str) -> str:
 
 
 def _counts(labels: Sequence[str]) -> dict[str, int]:
-    """Label → count, most frequent first."""
-    counts: dict[str, int] = {}
-    for label in labels:
-        counts[label] = counts.get(label, 0) + 1
-    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+    """Label → count, most frequent first (ties by label)."""
+    from collections import Counter
+
+    return dict(sorted(Counter(labels).items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 def _reference(paths: Sequence[str], seed: int) -> tuple[list[str], dict[str, int]]:
@@ -278,6 +277,7 @@ def _learn_command(args: argparse.Namespace) -> int:
         else:
             rows.append((task["anomaly"], junk))
     pool = [t["anomaly"] for t in tasks.values() if t["anomaly"].get("version") == detector.version]
+    set_aside = {**aside, **{k: v for k, v in skipped.items() if v}}
 
     def arrays(items: Sequence[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
         z = np.array([[np.nan if a["scores"].get(d) is None else float(a["scores"][d]) for d in DETECTORS]
@@ -291,15 +291,14 @@ def _learn_command(args: argparse.Namespace) -> int:
         head = fit_head(z, x, [junk for _, junk in rows], pool_z, pool_x,
                         list(DETECTORS) + ["no_centre"] + list(FEATURE_NAMES))
     except (ValueError, KeyError, TypeError) as exc:
-        sys.stderr.write(f"cannot learn from the review ({len(rows)} usable answers; set aside: "
-                         f"{ {**aside, **{k: v for k, v in skipped.items() if v}} }): {exc}\n")
+        sys.stderr.write(f"cannot learn from the review ({len(rows)} usable answers; set aside: {set_aside}): {exc}\n")
         return 2
     previous = detector.version
     detector.head = head
     detector.version = f"v{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S%f')[:-3]}-review"
     detector.metadata["review"] = {"answers": len(rows), "junk": int(sum(j for _, j in rows)),
                                    "from_version": previous, "queues": list(queues),
-                                   "set_aside": {**aside, **{k: v for k, v in skipped.items() if v}},
+                                   "set_aside": set_aside,
                                    "learnt_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
     path = detector.save(model)
     sys.stdout.write(f"review head learnt from {len(rows)} answers ({int(sum(j for _, j in rows))} junk); "

@@ -218,3 +218,20 @@ def test_the_review_head_round_trips_and_refuses_a_damaged_state():
     loud = ReviewHead.from_state({**state, "coef": [1e6, 0.0, 0.0, 0.0], "mean": [0.0] * 4, "scale": [1.0] * 4}, 4)
     p = loud.probability(np.array([[1.0, 0.0], [-1.0, 0.0]]), np.zeros((2, 1)))
     assert p.tolist() == pytest.approx([1.0 / (1.0 + np.exp(-50.0)), 1.0 / (1.0 + np.exp(50.0))], rel=1e-12)
+
+
+def test_a_damaged_review_head_in_meta_json_is_a_model_error_naming_it(tmp_path, clean_models):  # noqa: F811
+    import shutil
+
+    from models.anomaly import AnomalyDetector, read_current
+    from models.files import ModelError
+
+    model = tmp_path / "anomaly"
+    shutil.copytree(clean_models["anomaly"], model)
+    meta_path = model / read_current(str(model)) / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    assert meta["review_head"] is None and AnomalyDetector.load(str(model)).head is None
+    for bad in ({"coef": [1.0]}, "not an object", {"threshold": 0.7}):
+        meta_path.write_text(json.dumps({**meta, "review_head": bad}))
+        with pytest.raises(ModelError, match="meta.json: unreadable review_head"):
+            AnomalyDetector.load(str(model))
