@@ -235,3 +235,20 @@ def test_a_damaged_review_head_in_meta_json_is_a_model_error_naming_it(tmp_path,
         meta_path.write_text(json.dumps({**meta, "review_head": bad}))
         with pytest.raises(ModelError, match="meta.json: unreadable review_head"):
             AnomalyDetector.load(str(model))
+
+
+def test_the_head_maps_its_threshold_onto_the_drop_threshold():
+    """with_head: max(combined, threshold x p / head threshold); a document no detector
+    scored gets nothing from the head."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from models.anomaly import AnomalyDetector
+
+    head = SimpleNamespace(threshold=0.8, probability=lambda z, x: np.array([0.8, 0.4, 0.96, 0.99]))
+    owner = SimpleNamespace(head=head, threshold=2.0)
+    z = np.array([[0.0] * 4, [0.0] * 4, [0.0] * 4, [np.nan] * 4])
+    out = AnomalyDetector.with_head(owner, np.array([0.5, 1.5, 0.1, 0.2]), z, np.zeros((4, 1)))
+    # p at the head's threshold lands exactly on the drop threshold (not above: kept)
+    assert out.tolist() == pytest.approx([2.0, 1.5, 2.4, 0.2])
