@@ -34,6 +34,7 @@ from benchmarks.anomalies import sized_documents
 from benchmarks.anomaly_web import COHERENT_SOURCES, DEV_FAMILIES, HELD_OUT_FAMILIES, SPLICED, Item, build_web_set
 from models.anomaly import DETECTORS, AnomalyDetector, DetectorParams, lm_texts, train_detector
 from models.fasttext_models import LanguageIdentifier
+from transforms.clean.coherence import cross_signals
 from transforms.clean.features import FEATURE_NAMES, FEATURE_SET, feature_matrix
 from transforms.clean.rules import QualityRules, first_failure
 from transforms.clean.signals import compute_signals
@@ -167,7 +168,8 @@ def best_signal(x: np.ndarray, y: np.ndarray) -> tuple[str, float]:
 
 
 def speed(detector: AnomalyDetector, lid: LanguageIdentifier, n: int = 512) -> dict[str, float]:
-    """Documents/s of one thread (CPU time) on ~3 KB documents: rules, detector."""
+    """Documents/s of one thread (CPU time) on ~3 KB documents: rules, detector (with the
+    signals across sentences it reads: a language ID call per sentence)."""
     import torch
 
     torch.set_num_threads(1)
@@ -181,7 +183,8 @@ def speed(detector: AnomalyDetector, lid: LanguageIdentifier, n: int = 512) -> d
     t0 = time.process_time()
     for start in range(0, len(docs), 256):
         batch = docs[start:start + 256]
-        detector.score(batch, feature_matrix(signals[start:start + 256]), langs[start:start + 256])
+        cross = cross_signals(batch, langs[start:start + 256], lid.predict)
+        detector.score(batch, feature_matrix(signals[start:start + 256]), cross, langs[start:start + 256])
     t_detector = time.process_time() - t0
     return {"docs": len(docs), "mean_chars": float(np.mean([len(d) for d in docs])),
             "rules_docs_per_s": len(docs) / t_rules, "detector_docs_per_s": len(docs) / t_detector,
@@ -207,7 +210,8 @@ def caught_only_by_detector(detector: AnomalyDetector, lid: LanguageIdentifier) 
     signals = [compute_signals(t) for t in texts]
     langs = lid.predict(texts)
     caught = rules_catch(signals, langs, QualityRules())
-    scores = detector.score(texts, feature_matrix(signals), [lang for lang, _ in langs])
+    codes = [lang for lang, _ in langs]
+    scores = detector.score(texts, feature_matrix(signals), cross_signals(texts, codes, lid.predict), codes)
     out = []
     for i in np.argsort(-scores.combined):
         if not caught[i] and scores.combined[i] > detector.threshold:
@@ -282,12 +286,15 @@ def evaluate(seed: int = 0, steps: int = 0, lm_cache: str = "", kenlm: bool = Tr
     params = DetectorParams()
     if steps:
         params = DetectorParams(lm=dataclass_replace(params.lm, steps=steps))
+    dev_cross = cross_signals([i.text for i in dev], dev_langs, lid.predict)
     detector = train_detector(web.reference, ref_langs, feature_matrix([compute_signals(t) for t in web.reference]),
                               [i.text for i in dev], dev_langs, feature_matrix(dev_signals),
                               FEATURE_NAMES, FEATURE_SET, params, seed, corpus_kept=dev_kept,
-                              lm=cached_lm(web.reference, ref_langs, params, seed, lm_cache))
+                              lm=cached_lm(web.reference, ref_langs, params, seed, lm_cache),
+                              reference_cross=cross_signals(web.reference, ref_langs, lid.predict),
+                              corpus_cross=dev_cross)
     t_trained = time.time()
-    dev_scores = detector.score([i.text for i in dev], feature_matrix(dev_signals), dev_langs)
+    dev_scores = detector.score([i.text for i in dev], feature_matrix(dev_signals), dev_cross, dev_langs)
     dev_named = {"combined": dev_scores.combined, **{d: dev_scores.detectors[:, j] for j, d in enumerate(DETECTORS)}}
     dev_rows = _table(dev_named, dev, ~dev_kept, dev_scores.combined > detector.threshold, DEV_FAMILIES,
                       "development pooled")
@@ -295,7 +302,8 @@ def evaluate(seed: int = 0, steps: int = 0, lm_cache: str = "", kenlm: bool = Tr
     test_signals = [compute_signals(t) for t in test_texts]
     test_lid = lid.predict(test_texts)
     x = feature_matrix(test_signals)
-    scores = detector.score(test_texts, x, [lang for lang, _ in test_lid])
+    test_cross = cross_signals(test_texts, [lang for lang, _ in test_lid], lid.predict)
+    scores = detector.score(test_texts, x, test_cross, [lang for lang, _ in test_lid])
     y = np.array([i.anomalous for i in test], dtype=int)
     # the extra languages' documents (--extra-sentences) count in the per-source table
     # only: the AUROCs stay those of the shared data's set, comparable with and without

@@ -46,9 +46,10 @@ from benchmarks.anomalies import sized_documents
 from models.anomaly import DetectorParams, train_detector
 from models.fasttext_models import train_classifier
 from transforms.clean.clean import AnomalyConfig, CleanConfig, LangIdConfig, Models, QualityConfig, annotate, select
+from transforms.clean.coherence import cross_signals
 from transforms.clean.features import FEATURE_NAMES, FEATURE_SET, feature_matrix
 from transforms.clean.rules import QualityRules, first_failure
-from transforms.clean.signals import _SENTENCE_END, compute_signals
+from transforms.clean.signals import SENTENCE_END, compute_signals
 from transforms.doc import Doc
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -67,10 +68,12 @@ def build_models(texts: list[str], tmp: str) -> CleanConfig:
 
     anomaly_dir = os.path.join(tmp, "anomaly")
     quality_path = os.path.join(tmp, "quality.bin")
-    langs = [lang for lang, _ in LanguageIdentifier.load(str(DATA / "models" / "lid.176.ftz")).predict(texts)]
+    lid = LanguageIdentifier.load(str(DATA / "models" / "lid.176.ftz"))
+    langs = [lang for lang, _ in lid.predict(texts)]
     x = feature_matrix([compute_signals(t) for t in texts])
+    cross = cross_signals(texts, langs, lid.predict)
     train_detector(texts, langs, x, texts, langs, x, FEATURE_NAMES, FEATURE_SET,
-                   DetectorParams(lm=LMParams(steps=200))).save(anomaly_dir)
+                   DetectorParams(lm=LMParams(steps=200)), reference_cross=cross, corpus_cross=cross).save(anomaly_dir)
     half = len(texts) // 2
     train_classifier(texts[:half], texts[half:], quality_path)
     return CleanConfig(langid=LangIdConfig(model=str(DATA / "models" / "lid.176.ftz"), languages=()),
@@ -91,7 +94,7 @@ class WhitespaceRegexWords:
 
     def span_tokenize(self, text: str) -> list[tuple[int, int]]:
         spans, start = [], 0
-        for match in _SENTENCE_END.finditer(text):
+        for match in SENTENCE_END.finditer(text):
             spans.append((start, match.end()))
             start = match.end()
         return spans

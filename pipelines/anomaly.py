@@ -50,12 +50,13 @@ from pipelines.cli import setup_logging
 _LOGGER = logging.getLogger(__name__)
 
 
-def _annotated(texts: Sequence[str], clean: object) -> tuple[list[str], np.ndarray, np.ndarray]:
-    """(languages, signal features, kept by language ID and rules) of ``texts``."""
+def _annotated(texts: Sequence[str], clean: object) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
+    """(languages, signal features, signals across sentences, kept by language ID and
+    rules) of ``texts``."""
     from models.progress import Steps
     from transforms.clean.clean import Models, annotate, select
     from transforms.clean.detect import AnomalyConfig
-    from transforms.clean.features import feature_matrix
+    from transforms.clean.features import cross_matrix, feature_matrix
     from transforms.doc import Doc
 
     config = dataclasses.replace(clean, anomaly=AnomalyConfig(), quality=dataclasses.replace(
@@ -66,10 +67,11 @@ def _annotated(texts: Sequence[str], clean: object) -> tuple[list[str], np.ndarr
     with Steps(len(docs), "language ID and rules", unit="document") as bar:
         for start in range(0, len(docs), 256):
             annotated.extend(annotate(docs[start:start + 256], models, config, score_anomaly=False,
-                                      every_language=True)[0])
+                                      every_language=True, cross_sentence=True)[0])
             bar.update(len(docs[start:start + 256]))
     kept = np.array([select(d, config, None) is None for d in annotated], dtype=bool)
-    return [d.lang for d in annotated], feature_matrix([d.signals for d in annotated]), kept
+    signals = [d.signals for d in annotated]
+    return [d.lang for d in annotated], feature_matrix(signals), cross_matrix(signals), kept
 
 
 def training_key(corpus: Sequence[str], reference: Sequence[str], params: Any, seed: int,
@@ -172,20 +174,21 @@ def _train_command(args: argparse.Namespace) -> int:
         sys.stdout.write(f"anomaly detector unchanged: reusing {out}/{reused} (same corpus sample, reference, "
                          f"settings and code; --force retrains)\n")
         return 0
-    corpus_langs, corpus_x, kept = _annotated(corpus, clean)
+    corpus_langs, corpus_x, corpus_cross, kept = _annotated(corpus, clean)
     if args.reference:
         reference = given_reference
-        reference_langs, reference_x, _ = _annotated(reference, clean)
+        reference_langs, reference_x, reference_cross, _ = _annotated(reference, clean)
     else:
         _LOGGER.warning("no --reference: the language model learns the %d corpus documents the rules "
                         "keep (their junk is learned as normal; `--reference default` is the shared "
                         "data's real text in 20 languages)", int(kept.sum()))
         reference = [t for t, k in zip(corpus, kept) if k]
         reference_langs = [g for g, k in zip(corpus_langs, kept) if k]
-        reference_x = corpus_x[kept]
+        reference_x, reference_cross = corpus_x[kept], corpus_cross[kept]
     try:
         detector = train_detector(reference, reference_langs, reference_x, corpus, corpus_langs, corpus_x,
-                                  FEATURE_NAMES, FEATURE_SET, params, args.seed, corpus_kept=kept)
+                                  FEATURE_NAMES, FEATURE_SET, params, args.seed, corpus_kept=kept,
+                                  reference_cross=reference_cross, corpus_cross=corpus_cross)
     except ValueError as exc:
         sys.stderr.write(f"cannot train the anomaly detector: {exc}\n")
         return 2

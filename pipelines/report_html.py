@@ -390,7 +390,9 @@ def anomaly_html(anomaly: Optional[dict[str, Any]], thresholds: dict[str, Any]) 
               "perplexity": "Language-model perplexity (NLL per byte, centred per language)",
               "representation": "Representation (autoencoder over the LM's mean hidden state)",
               "signals": "Signals (autoencoder over the quality signals)",
-              "context": "Context (LM NLL per byte minus unigram NLL per byte, centred per language)"}
+              "context": "Context (LM NLL per byte minus unigram NLL per byte, centred per language)",
+              "cohesion": "Cohesion (sentences sharing no content word with the two before, centred per language)",
+              "language_mix": "Language mix (sentences in another language than the document, centred per language)"}
     figures = []
     for name, hist in anomaly["histograms"].items():
         value = marks.get(name)

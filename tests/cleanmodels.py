@@ -15,6 +15,7 @@ from models.autoencoder import AutoencoderParams
 from models.fasttext_models import LanguageIdentifier, train_classifier
 from models.textlm import LMParams
 from tests.conftest import shared
+from transforms.clean.coherence import cross_signals
 from transforms.clean.features import FEATURE_NAMES, FEATURE_SET, feature_matrix
 from transforms.clean.signals import compute_signals
 
@@ -37,7 +38,9 @@ def train_small_detector(reference: Sequence[str], corpus: Sequence[str], model_
     corpus_langs = [lang for lang, _ in lid.predict(list(corpus))]
     detector = train_detector(list(reference), ref_langs, feature_matrix([compute_signals(t) for t in reference]),
                               list(corpus), corpus_langs, feature_matrix([compute_signals(t) for t in corpus]),
-                              FEATURE_NAMES, FEATURE_SET, params, seed)
+                              FEATURE_NAMES, FEATURE_SET, params, seed,
+                              reference_cross=cross_signals(list(reference), ref_langs, lid.predict),
+                              corpus_cross=cross_signals(list(corpus), corpus_langs, lid.predict))
     detector.save(model_dir)
     return detector
 

@@ -86,6 +86,8 @@ MODULES: dict[str, Target] = {
     "review": Target(("pipelines/review.py",), ("tests/pipelines/test_review_queue.py",
                                                  "tests/pipelines/test_review.py"),
                      skip="s3_output or other_runners or report_shows_labels or headless_chromium"),
+    # the signals across sentences (issue 39, item 3): their limits, windows and shares
+    "coherence": Target(("transforms/clean/coherence.py",), ("tests/transforms/test_coherence.py",)),
     # the anomaly review queue's band and tasks, the review head's fit and threshold
     "anomaly_review": Target(("pipelines/anomaly_review.py", "models/review_head.py"),
                              ("tests/pipelines/test_anomaly_review.py", "tests/models/test_anomaly_languages.py"),

@@ -64,6 +64,11 @@ class Signals:
     mojibake_ratio: float = 0.0
     url_ratio: float = 0.0
     unique_word_ratio: float = 0.0
+    # Across sentences (``transforms/clean/coherence.py``), set by the clean stage when the
+    # anomaly detector runs (0.0 otherwise): sentences sharing no content word with the two
+    # before them, and sentences language ID puts in another language than the document.
+    sentence_gap: float = 0.0
+    sentence_other_lang: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -80,6 +85,8 @@ class AnomalyScores:
     signals: Optional[float] = 0.0  # autoencoder over the quality signals, centred per language
     token_perplexity: float = 0.0  # exp(NLL per token) of the scored tokens (CCNet's figure)
     context: Optional[float] = 0.0  # the LM's NLL per byte minus the unigram NLL per byte, centred per language
+    cohesion: Optional[float] = 0.0  # sentences sharing no content word with the two before, centred per language
+    language_mix: Optional[float] = 0.0  # sentences in another language than the document, centred per language
 
 
 @dataclass(frozen=True)

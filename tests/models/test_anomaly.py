@@ -31,6 +31,7 @@ from models.textlm import LMParams, train_lm, unigram_nll
 from pipelines.report_anomaly import DETECTOR_FIELDS
 from tests.cleanmodels import SMALL, clean_models, unwrap  # noqa: F401 (fixture)
 from tests.conftest import shared
+from transforms.clean.coherence import cross_signals
 from transforms.clean.features import FEATURE_NAMES, FEATURE_SET, feature_matrix
 from transforms.clean.signals import compute_signals
 
@@ -89,11 +90,11 @@ def test_language_model_params_validate():
         DetectorParams(flag_rate=0.7)
     with pytest.raises(ValueError, match="weights"):
         DetectorParams(weights=(1.0, 1.0, 1.0))
-    for bad in [(1.0, -0.5, 1.0, 1.0), (0.0, 0.0, 0.0, 0.0), (1.0, float("nan"), 1.0, 1.0),
-                (1.0, float("inf"), 1.0, 1.0)]:
+    for bad in [(1.0, -0.5, 1.0, 1.0, 1.0, 1.0), (0.0,) * 6, (1.0, float("nan"), 1.0, 1.0, 1.0, 1.0),
+                (1.0, float("inf"), 1.0, 1.0, 1.0, 1.0)]:
         with pytest.raises(ValueError, match="weights"):
             DetectorParams(weights=bad)
-    assert DetectorParams(weights=(0.0, 0.0, 1.0, 0.0)).weights == (0.0, 0.0, 1.0, 0.0)
+    assert DetectorParams(weights=(0.0, 0.0, 1.0, 0.0, 0.0, 0.0)).weights == (0.0, 0.0, 1.0, 0.0, 0.0, 0.0)
 
 
 def test_signals_autoencoder_beats_every_single_signal_on_the_planted_set():
@@ -122,14 +123,15 @@ def test_artifact_round_trip_weights_only_and_calibrated_threshold(clean_models)
     assert detector.threshold == meta["threshold"] and detector.version == version
     # the threshold is the (1 - flag_rate) quantile of the combined score on the corpus sample
     texts, _ = build(shared("text"), per_kind=10)
-    scores = detector.score(texts, feature_matrix([compute_signals(t) for t in texts]), ["en"] * len(texts))
+    cross = cross_signals(texts, ["en"] * len(texts), lambda batch: [("en", 1.0)] * len(batch))
+    scores = detector.score(texts, feature_matrix([compute_signals(t) for t in texts]), cross, ["en"] * len(texts))
     assert meta["training"]["corpus_flagged"] == pytest.approx(SMALL.flag_rate, abs=0.02)
     assert scores.combined.shape == (len(texts),) and scores.detectors.shape == (len(texts), len(DETECTORS))
     weights = np.array(meta["weights"])
     assert meta["combination_rule"] == "positive_mean" and detector.combination == "positive_mean"
     assert np.allclose(scores.combined, np.clip(scores.detectors, 0, None) @ weights / weights.sum())
     again = AnomalyDetector.load(model_dir).score(texts[:5], feature_matrix(
-        [compute_signals(t) for t in texts[:5]]), ["en"] * 5)
+        [compute_signals(t) for t in texts[:5]]), cross[:5], ["en"] * 5)
     assert np.allclose(again.combined, scores.combined[:5], atol=1e-5)
 
 
@@ -223,9 +225,9 @@ def test_combination_and_weights_are_validated(clean_models, tmp_path):
 
 
 def test_the_benchmarked_defaults_are_the_defaults():
-    """docs/BENCHMARKS.md measured these on two seeds: perplexity, signals and context
-    equal, the representation detector weighted 0, the first 128 tokens scored, positive
+    """docs/BENCHMARKS.md measured these on two seeds: perplexity, signals, context,
+    cohesion and language mix equal, the representation detector weighted 0, the first 128 tokens scored, positive
     parts combined."""
-    assert DetectorParams().weights == (1.0, 0.0, 1.0, 1.0)
+    assert DetectorParams().weights == (1.0, 0.0, 1.0, 1.0, 1.0, 1.0)
     assert LMParams().score_tokens == 128 and LMParams().max_tokens == 256 and LMParams().steps == 1500
     assert AnomalyDetector.__dataclass_fields__["combination"].default == "positive_mean"

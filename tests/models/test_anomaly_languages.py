@@ -18,6 +18,7 @@ from pipelines.corpus import reference_texts
 from pipelines.reference_corpus import default_reference, sentence_documents
 from tests.cleanmodels import SMALL, train_small_detector, unwrap
 from tests.conftest import shared
+from transforms.clean.coherence import cross_signals
 from transforms.clean.features import feature_matrix
 from transforms.clean.signals import compute_signals
 
@@ -70,14 +71,16 @@ def test_a_reference_with_two_chinese_documents_does_not_flag_chinese_text(engli
     detector = english_with_two_chinese
     assert "zh" not in detector.languages["perplexity"].centres and "en" in detector.languages["perplexity"].centres
     chinese = _leipzig_docs("zh", 100, 40)
-    scores = detector.score(chinese, feature_matrix([compute_signals(t) for t in chinese]), ["zh"] * len(chinese))
+    cross = cross_signals(chinese, ["zh"] * len(chinese), lambda batch: [("zh", 1.0)] * len(batch))
+    x = feature_matrix([compute_signals(t) for t in chinese])
+    scores = detector.score(chinese, x, cross, ["zh"] * len(chinese))
     assert np.isnan(scores.detectors).all() and (scores.combined == 0).all()  # left to the rules
     assert (scores.combined > detector.threshold).mean() <= 0.02
     # the old way, Chinese measured against the English centre, flags most of it
     shifted = {name: dataclasses.replace(c, centres={**c.centres, "zh": c.centres["en"]})
                for name, c in detector.languages.items()}
     old = dataclasses.replace(detector, languages=shifted).score(
-        chinese, feature_matrix([compute_signals(t) for t in chinese]), ["zh"] * len(chinese))
+        chinese, feature_matrix([compute_signals(t) for t in chinese]), cross, ["zh"] * len(chinese))
     assert (old.combined > detector.threshold).mean() > 0.5
 
 

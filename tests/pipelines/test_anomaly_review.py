@@ -55,7 +55,7 @@ def test_a_task_shows_the_scores_both_thresholds_and_the_nearest_reference():
                                                                                 "version": "v7"}}
     assert task["context"] == ["anomaly score 1.500: review above 1.000, dropped above 2.000",
                                "detectors: perplexity 2.250, representation none (no centre for its language), "
-                               "signals 0.500, context 1.000",
+                               "signals 0.500, context 1.000, cohesion 0.000, language_mix 0.000",
                                "language en; detector v7", "nearest reference document: a reference document"]
     assert task["anomaly"]["features"] == [0.5, 2.0] and "token_perplexity" not in task["anomaly"]["scores"]
     assert task["task_id"] == task["doc_id"] == "d1" and not task["text_truncated"]
@@ -108,7 +108,7 @@ def test_learn_makes_a_new_version_whose_head_drops_what_the_reviewer_called_jun
     from pipelines.anomaly import main as anomaly_main
     from tests.cleanmodels import unwrap
     from tests.conftest import shared
-    from transforms.clean.features import feature_matrix
+    from transforms.clean.features import cross_matrix, feature_matrix
     from transforms.clean.signals import compute_signals
 
     model = tmp_path / "anomaly"
@@ -120,7 +120,8 @@ def test_learn_makes_a_new_version_whose_head_drops_what_the_reviewer_called_jun
     texts = books[60:120] + junk
     signals = [compute_signals(t) for t in texts]
     x = feature_matrix(signals)
-    scores = detector.score(texts, x, ["en"] * len(texts))
+    cross = cross_matrix(signals)
+    scores = detector.score(texts, x, cross, ["en"] * len(texts))
     band = (float(detector.review_threshold), float(detector.threshold))
     docs = [Doc(id=f"d{i}", url="", text=t, source="s", fetched_at="", lang="en", signals=s,
                 anomaly_score=float(c), anomaly_scores=AnomalyScores(**dict(zip(DETECTORS, map(float, z)))))
@@ -148,11 +149,11 @@ def test_learn_makes_a_new_version_whose_head_drops_what_the_reviewer_called_jun
     assert review["from_version"] == detector.version and review["junk"] == 60
     assert review["set_aside"] == {"not an anomaly answer": 1, "value not junk or ok": 1, "not in a queue": 1,
                                    "scored by another detector version": 1}
-    after = learnt.score(texts, x, ["en"] * len(texts)).combined
+    after = learnt.score(texts, x, cross, ["en"] * len(texts)).combined
     assert (after >= scores.combined - 1e-9).all()  # the head only adds: max(combined, scaled p)
     dropped = after > learnt.threshold
     assert dropped[60:].mean() > 0.8 and dropped[:60].mean() < 0.1  # word salad dropped, books kept
-    chinese = learnt.score(texts[:3], x[:3], ["zh"] * 3).combined  # no centre: never the head's
+    chinese = learnt.score(texts[:3], x[:3], cross[:3], ["zh"] * 3).combined  # no centre: never the head's
     assert (chinese == 0).all()
     # too few kinds of answer: refused, nothing written
     answers.write_text(json.dumps({"task_id": "d5", "labels": {"anomaly": "ok"}}) + "\n")
@@ -173,10 +174,12 @@ def test_the_whole_task_of_a_queued_document():
         "title": "T", "text": "x" * TEXT_LIMIT, "text_truncated": True,
         "suggestions": {"anomaly": {"value": "ok", "score": 1.0, "version": "v9"}}, "taxonomy": TAXONOMY,
         "context": ["anomaly score 1.250: review above 1.000, dropped above 2.000",
-                    "detectors: perplexity 1.000, representation 0.500, signals 0.250, context 0.125",
+                    "detectors: perplexity 1.000, representation 0.500, signals 0.250, context 0.125, "
+                    "cohesion 0.000, language_mix 0.000",
                     "language ?; detector v9"],  # no nearest reference: no line for it
         "anomaly": {"score": 1.25, "review_threshold": 1.0, "threshold": 2.0,
-                    "scores": {"perplexity": 1.0, "representation": 0.5, "signals": 0.25, "context": 0.125},
+                    "scores": {"perplexity": 1.0, "representation": 0.5, "signals": 0.25, "context": 0.125,
+                               "cohesion": 0.0, "language_mix": 0.0},
                     "lang": "", "version": "v9", "features": [1.0, 2.5], "nearest_reference": ""}}
     exact = anomaly_task(dataclasses.replace(doc, text="y" * TEXT_LIMIT), (1.0, 2.0), "v9", [], "")
     assert exact["text_truncated"] is False and len(exact["text"]) == TEXT_LIMIT

@@ -110,6 +110,38 @@ def test_documents_dropped_by_language_get_no_signals_and_the_same_decisions(cle
             assert after == before
 
 
+def test_the_signals_across_sentences_are_measured_when_the_detector_runs(clean_models, book):
+    french = ["Le gouvernement a présenté mardi un nouveau projet de loi sur le logement.",
+              "Les syndicats ont appelé à une grève générale pour la semaine prochaine."]
+    english = ["The council approved the new budget for the city's public libraries on Monday.",
+               "Officials said the money would extend opening hours at twelve branches.",
+               "Several residents spoke in favour of the plan during the public hearing.",
+               "The library director thanked the council for its continued support.",
+               "Construction of a new branch in the northern district will begin next spring.",
+               "The budget also includes funds for new computers and digital services.",
+               "Critics argued that the spending increase was larger than the city could afford.",
+               "The mayor is expected to sign the budget into law later this week.",
+               "A final report on the libraries' performance will be published in December."]
+    # a French sentence after every third English one: the document stays English
+    mixed = doc("mixed", " ".join(e + (f" {french[i // 3 % 2]}" if i % 3 == 2 else "")
+                                  for i, e in enumerate(english)))
+    docs = [doc("good", book[10]), mixed]
+    cfg = dataclasses.replace(config(clean_models), langid=LangIdConfig(model=clean_models["lid"], threshold=0.3))
+    annotated, _ = annotate(docs, Models(cfg), cfg)
+    assert [d.lang for d in annotated] == ["en", "en"]
+    good, half = (d.signals for d in annotated)
+    assert half.sentence_other_lang == pytest.approx(3 / 12) and good.sentence_other_lang < 0.1
+    assert 0.0 < good.sentence_gap < 1.0
+    z = {d.id: d.anomaly_scores for d in annotated}
+    assert z["mixed"].language_mix is not None and z["mixed"].language_mix > z["good"].language_mix
+    # without the detector nothing reads them: not measured (no language ID per sentence)
+    plain = dataclasses.replace(cfg, anomaly=AnomalyConfig())
+    bare, _ = annotate(docs, Models(plain), plain)
+    assert all(d.signals.sentence_gap == d.signals.sentence_other_lang == 0.0 for d in bare)
+    forced, _ = annotate(docs, Models(plain), plain, cross_sentence=True)
+    assert [d.signals for d in forced] == [d.signals for d in annotated]
+
+
 def test_clean_transform_routes_and_counts(clean_models, book, beam_options):
     # Lone surrogates cannot even be encoded between Beam steps (and never leave the
     # extract stage, which normalises text); annotate() handles them (test above).
@@ -173,7 +205,8 @@ def test_each_detector_score_is_written_and_the_combined_one_decides(clean_model
     centred = models.anomaly.languages["perplexity"].centres
     for d in annotated:
         s = d.anomaly_scores
-        z = np.array([s.perplexity, s.representation, s.signals, s.context], dtype=np.float64)
+        z = np.array([s.perplexity, s.representation, s.signals, s.context, s.cohesion, s.language_mix],
+                     dtype=np.float64)
         # a language without a centre (the reference is English books): no detector scores it
         assert (np.isfinite(z).all() if d.lang in centred else np.isnan(z).all()) and s.token_perplexity > 1.0
         assert d.anomaly_score == pytest.approx(float(np.nan_to_num(np.clip(z, 0, None)) @ weights / weights.sum()),

@@ -31,13 +31,14 @@ import logging
 import math
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Iterable, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 
 import apache_beam as beam
 import numpy as np
 from apache_beam.utils import shared
 
 from models.fasttext_models import canonical_language
+from transforms.clean.coherence import other_language_share, sentence_gap, split_sentences
 from transforms.clean.detect import AnomalyConfig, ScoreWithRunInference, load_detector, score_docs
 from transforms.clean.pii import redact
 from transforms.clean.language_rules import LanguageProfile, document_rules, profile
@@ -161,12 +162,15 @@ def valid_utf8(text: str) -> str:
 
 
 def annotate(docs: Sequence[Doc], models: Models, config: CleanConfig,
-             score_anomaly: bool = True, every_language: bool = False) -> tuple[list[Doc], list[int]]:
+             score_anomaly: bool = True, every_language: bool = False,
+             cross_sentence: Optional[bool] = None) -> tuple[list[Doc], list[int]]:
     """The documents with text redacted and every score filled in (batched models), and
     the PII counts [emails, phones, ips] redacted from them. ``score_anomaly`` false
     leaves the anomaly scores to the RunInference path. A document language ID drops gets
     its language only, unless ``every_language`` (the detector's training, which learns
-    every language's signals)."""
+    every language's signals). ``cross_sentence``: whether the signals read across
+    sentences (``transforms/clean/coherence.py``: a language ID call per sentence) are
+    measured; None: when the anomaly detector is configured (it reads them)."""
     texts = []
     pii = [0, 0, 0]
     for doc in docs:
@@ -185,6 +189,9 @@ def annotate(docs: Sequence[Doc], models: Models, config: CleanConfig,
     signals: list[Optional[Signals]] = [None] * len(docs)
     for i in open_:
         signals[i] = _signals(texts[i], language_profile(config, mixes[i].lang, texts[i]))
+    if cross_sentence if cross_sentence is not None else models.anomaly is not None:
+        for i in open_:
+            signals[i] = with_cross_sentence(signals[i], texts[i], mixes[i].lang, models.langid.predict)
     quality: list[Any] = [None] * len(docs)
     if models.quality is not None and open_:
         for i, q in zip(open_, models.quality.predict([texts[i] for i in open_])):
@@ -214,6 +221,16 @@ def language_verdict(lang: str, score: float, config: CleanConfig) -> Optional[t
 def language_profile(config: CleanConfig, lang: str, text: str) -> Optional[LanguageProfile]:
     """The document's segmentation, stop words and rule table (None: ``language_rules`` off)."""
     return profile(lang, text) if config.language_rules else None
+
+
+def with_cross_sentence(signals: Optional[Signals], text: str, lang: str,
+                        predict: Callable[[list[str]], list[tuple[str, float]]]) -> Optional[Signals]:
+    """``signals`` with the two measures across sentences (``coherence``) filled in."""
+    if signals is None:
+        return None
+    sentences = split_sentences(text)
+    return dataclasses.replace(signals, sentence_gap=sentence_gap(sentences),
+                               sentence_other_lang=other_language_share(sentences, lang, predict))
 
 
 def _signals(text: str, prof: Optional[LanguageProfile]) -> Signals:

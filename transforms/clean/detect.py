@@ -24,7 +24,7 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.utils import shared
 
-from transforms.clean.features import FEATURE_NAMES, FEATURE_SET, feature_matrix
+from transforms.clean.features import FEATURE_NAMES, FEATURE_SET, cross_matrix, feature_matrix
 from transforms.doc import AnomalyScores, Doc
 
 _LOGGER = logging.getLogger(__name__)
@@ -80,10 +80,12 @@ def with_scores(docs: Sequence[Doc], detector: Any, lm_out: np.ndarray) -> list[
     """``docs`` (annotated: signals and language set) with the combined score in
     ``anomaly_score`` and each detector's in ``anomaly_scores``."""
     features = feature_matrix([d.signals for d in docs])
-    scores = detector.score_lm_output(lm_out, features, [d.lang for d in docs])
+    scores = detector.score_lm_output(lm_out, features, cross_matrix([d.signals for d in docs]),
+                                      [d.lang for d in docs])
     return [dataclasses.replace(doc, anomaly_score=float(combined), anomaly_scores=AnomalyScores(
                 perplexity=_score(z[0]), representation=_score(z[1]), signals=_score(z[2]),
-                context=_score(z[3]), token_perplexity=float(ppl)))
+                context=_score(z[3]), token_perplexity=float(ppl), cohesion=_score(z[4]),
+                language_mix=_score(z[5])))
             for doc, combined, z, ppl in zip(docs, scores.combined, scores.detectors, scores.perplexity)]
 
 

@@ -18,7 +18,7 @@ those; a test fails when it changes, so a change to them comes with a new versio
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -67,3 +67,17 @@ def feature_matrix(signals: Sequence[Signals]) -> np.ndarray:
     if not signals:
         return np.zeros((0, len(FEATURE_NAMES)), dtype=np.float32)
     return np.asarray([signal_vector(s) for s in signals], dtype=np.float32)
+
+
+# The signals across sentences (``transforms/clean/coherence.py``) the anomaly detector's
+# cohesion and language_mix detectors read: models.anomaly.CROSS_SIGNALS (a test holds
+# them equal; models/ does not import transforms/). Not in FEATURE_NAMES: the signals
+# autoencoder and its feature set are unchanged.
+CROSS_FEATURES: tuple[str, ...] = ("sentence_gap", "sentence_other_lang")
+
+
+def cross_matrix(signals: Sequence[Optional[Signals]]) -> np.ndarray:
+    """One row per document, columns in ``CROSS_FEATURES`` order (float64; zeros for a
+    document without signals)."""
+    return np.array([[0.0, 0.0] if s is None else [s.sentence_gap, s.sentence_other_lang] for s in signals],
+                    dtype=np.float64).reshape(len(signals), len(CROSS_FEATURES))

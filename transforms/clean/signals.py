@@ -49,7 +49,7 @@ SENTENCE_CLOSERS = "\"'”’»)]）」』"
 # The full-width full stops of Chinese and Japanese end a sentence with or without a space
 # after them (those languages put none between sentences), when text precedes them.
 _FULL_WIDTH_PUNCT = "。！？"
-_SENTENCE_END = re.compile(f"[{re.escape(_SENTENCE_PUNCT)}]+[{re.escape(SENTENCE_CLOSERS)}]*(?=\\s|\\Z)"
+SENTENCE_END = re.compile(f"[{re.escape(_SENTENCE_PUNCT)}]+[{re.escape(SENTENCE_CLOSERS)}]*(?=\\s|\\Z)"
                            f"|(?<=\\S)[{_FULL_WIDTH_PUNCT}]+[{re.escape(SENTENCE_CLOSERS)}]*(?![{_FULL_WIDTH_PUNCT}])")
 _NO_LETTER_TOKEN = re.compile(r"(?<!\S)(?:[^\s\w]|[\d_])+(?!\S)")
 _MOJIBAKE_HINTS = ("\u00c2", "\u00c3", "\u00e2", "\ufffd")
@@ -169,7 +169,7 @@ def count_sentences(text: str) -> int:
     Japanese full stop also before the next character): a news article
     of 5 sentences ending in ``."``, ``.)`` and ``.”`` counted 4 without the closers and
     failed ``c4_sentences``."""
-    return len(_SENTENCE_END.findall(text))
+    return len(SENTENCE_END.findall(text))
 
 
 def char_stats(text: str) -> dict[str, float]:
