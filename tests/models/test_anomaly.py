@@ -154,6 +154,14 @@ def test_missing_or_mismatched_artifacts_are_model_errors(clean_models, tmp_path
     meta_path.write_text(json.dumps({**meta, "artifact_version": ARTIFACT_VERSION + 1}))
     with pytest.raises(ModelError, match="artifact version"):
         AnomalyDetector.load(str(copy))
+    # a version-4 artifact (four detectors, none across sentences): retrain, not misaligned scores
+    meta_path.write_text(json.dumps({**meta, "artifact_version": 4, "detectors": list(DETECTORS[:4])}))
+    with pytest.raises(ModelError, match=r"artifact version 4, this code reads 5: retrain it"):
+        AnomalyDetector.load(str(copy))
+    meta_path.write_text(json.dumps({**meta, "detectors": list(DETECTORS[:4])}))  # a meta.json edited by hand
+    with pytest.raises(ModelError, match=r"built with the detectors \['perplexity', 'representation', 'signals', "
+                                         r"'context'\] \(artifact version 5\).*cohesion.*: retrain it"):
+        AnomalyDetector.load(str(copy))
     meta_path.write_text(json.dumps(meta))
     (copy / version / "lm.pt").write_bytes(b"\x00garbage" * 100)
     with pytest.raises(ModelError, match="unreadable"):
