@@ -115,8 +115,9 @@ def main(argv: list[str] | None = None) -> int:
         for split, families, name in ((d, DEV_FAMILIES, "dev"), (t, HELD_OUT_FAMILIES, "held-out")):
             best_grid = family_aurocs(combined(split["z"], np.array(grid[0][2], dtype=np.float64), grid[0][1]),
                                       split, families)
+            spliced = best_grid.get("spliced_pairs", best_grid.get("spliced_sentences", float("nan")))
             out.write(f"  {name}: the grid's best on development, pooled {best_grid['pooled']:.3f} rule-passed "
-                      f"{best_grid['rule-passed']:.3f}, spliced {best_grid.get('spliced_pairs', best_grid.get('spliced_sentences')):.3f}\n")
+                      f"{best_grid['rule-passed']:.3f}, spliced {spliced:.3f}\n")
             base = family_aurocs(combine(split["z"], default), split, families)
             learnt = family_aurocs(head(split["z"]), split, families)
             singles = {name_: family_aurocs(split["z"][:, j], split, families) for j, name_ in enumerate(DETECTORS)}

@@ -22,6 +22,7 @@ import argparse
 import collections
 import logging
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -36,45 +37,109 @@ _LOGGER = logging.getLogger(__name__)
 
 
 class SupervisedWorkerPool(BeamFnExternalWorkerPoolServicer):
-    """Beam's worker pool servicer that restarts workers that die while wanted."""
+    """Beam's worker pool servicer that restarts workers that die while wanted, and that
+    serves several runner processes at once.
+
+    A worker is known by its id *and* the control endpoint it connects to. Beam's runner
+    numbers its workers per JVM ("1-1", "2-1", ...): two Spark executors sharing a pool
+    (a Spark standalone cluster on one machine, ``pipelines/clusters.py``) ask for the same
+    ids. Beam's pool keeps one process per id: the second request replaced the first in
+    its table, and the first executor's ``StopWorker`` then killed the second executor's
+    worker, which waited for it for ever (measured: the label stage on 2 executors). Here
+    each (id, endpoint) has its own process. ``StopWorker`` names an id only: with one
+    process of that id, it is stopped; with several, the runner that asks has closed its
+    worker's control stream before asking (Beam's ``RemoteEnvironment.close``), so its
+    worker is the one that exits within ``stop_wait_s``; the others are left running."""
 
     max_restarts = 3
+    stop_wait_s = 10.0
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._wanted: dict[str, beam_fn_api_pb2.StartWorkerRequest] = {}
-        self._restarts: collections.Counter[str] = collections.Counter()
+        self._wanted: dict[tuple[str, str], beam_fn_api_pb2.StartWorkerRequest] = {}
+        self._processes: dict[tuple[str, str], subprocess.Popen] = {}
+        self._restarts: collections.Counter[tuple[str, str]] = collections.Counter()
+        self._stopping: set[str] = set()  # ids whose StopWorker is waiting for one of several to exit
         self._lock = threading.Lock()
         threading.Thread(target=self._watch, name="worker-supervisor", daemon=True).start()
 
+    def _start(self, key: tuple[str, str], request: beam_fn_api_pb2.StartWorkerRequest, context: Any) -> Any:
+        response = super().StartWorker(request, context)
+        process = self._worker_processes.pop(request.worker_id, None)  # Beam's table: one per id
+        if process is not None:
+            self._processes[key] = process
+        return response
+
     def StartWorker(self, request: beam_fn_api_pb2.StartWorkerRequest, context: Any) -> Any:  # noqa: N802
+        key = (request.worker_id, request.control_endpoint.url)
         with self._lock:
-            self._wanted[request.worker_id] = request
-            return super().StartWorker(request, context)
+            self._wanted[key] = request
+            return self._start(key, request, context)
 
     def StopWorker(self, request: beam_fn_api_pb2.StopWorkerRequest, context: Any) -> Any:  # noqa: N802
         with self._lock:
-            self._wanted.pop(request.worker_id, None)
-        return super().StopWorker(request, context)
+            keys = [k for k in self._processes if k[0] == request.worker_id]
+            if len(keys) <= 1:
+                for key in keys:
+                    self._wanted.pop(key, None)
+                    _stop(self._processes.pop(key))
+                return beam_fn_api_pb2.StopWorkerResponse()
+            self._stopping.add(request.worker_id)
+        try:
+            deadline = time.monotonic() + self.stop_wait_s
+            while time.monotonic() < deadline:
+                with self._lock:
+                    ended = [k for k in keys if k in self._processes and self._processes[k].poll() is not None]
+                    for key in ended:
+                        self._wanted.pop(key, None)
+                        _stop(self._processes.pop(key))
+                if ended:
+                    break
+                time.sleep(0.1)
+            else:
+                _LOGGER.info("StopWorker %s: %d workers have that id and none ended within %.0f s; "
+                             "left running (each ends with its runner)", request.worker_id, len(keys),
+                             self.stop_wait_s)
+        finally:
+            with self._lock:
+                self._stopping.discard(request.worker_id)
+        return beam_fn_api_pb2.StopWorkerResponse()
 
     def _watch(self) -> None:
         while True:
             time.sleep(0.5)
             with self._lock:
-                for worker_id, process in list(self._worker_processes.items()):
+                for key, process in list(self._processes.items()):
                     code = process.poll()
-                    if code in (None, 0) or worker_id not in self._wanted:
-                        continue  # running, finished cleanly, or no longer wanted
-                    if self._restarts[worker_id] >= self.max_restarts:
-                        _LOGGER.error("SDK worker %s exited with %s; restarted %d times already, "
-                                      "giving up", worker_id, code, self._restarts[worker_id])
-                        self._wanted.pop(worker_id)
+                    if code is None or key[0] in self._stopping:
+                        continue  # running, or a StopWorker is deciding whose it is
+                    if code == 0 or key not in self._wanted:
+                        _stop(self._processes.pop(key))  # finished cleanly or no longer wanted: reaped
                         continue
-                    self._restarts[worker_id] += 1
+                    if self._restarts[key] >= self.max_restarts:
+                        _LOGGER.error("SDK worker %s exited with %s; restarted %d times already, "
+                                      "giving up", key[0], code, self._restarts[key])
+                        self._wanted.pop(key)
+                        _stop(self._processes.pop(key))
+                        continue
+                    self._restarts[key] += 1
                     _LOGGER.warning("SDK worker %s exited with %s while the runner wants it; "
-                                    "starting it again (%d of %d)", worker_id, code,
-                                    self._restarts[worker_id], self.max_restarts)
-                    super().StartWorker(self._wanted[worker_id], None)
+                                    "starting it again (%d of %d)", key[0], code,
+                                    self._restarts[key], self.max_restarts)
+                    _stop(self._processes.pop(key))
+                    self._start(key, self._wanted[key], None)
+
+
+def _stop(process: subprocess.Popen, grace_s: float = 1.0) -> None:
+    """Ends ``process`` (a second's grace, then SIGKILL) and reaps it."""
+    if process.poll() is None:
+        try:
+            process.communicate(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.communicate()
+    else:
+        process.communicate()
 
 
 def worker_path(executable: str, path: str) -> str:

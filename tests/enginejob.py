@@ -174,3 +174,55 @@ def _queue_and_tokens(a: str, b: str) -> list[str]:
         if not os.path.exists(pb_) or Path(pa_).read_bytes() != Path(pb_).read_bytes():
             found.append(f"shard {name} differs")
     return found
+
+
+def run(argv: list[str]) -> tuple[int, str]:
+    """``python -m pipelines.run`` in this process, quiet; (exit code, its table)."""
+    import io
+
+    from pipelines.run import main
+
+    out = io.StringIO()
+    code = main(argv + ["--log-level", "WARNING", "--no-progress", "--no-report"], out=out)
+    return code, out.getvalue()
+
+
+def crawl(tmp_path: Path, engine: str) -> tuple[str, str]:
+    """The crawl stage (then extract) against the local test site on ``engine``: (the
+    output folder, the site's URL)."""
+    from tests.httpsite import Site
+
+    with Site(slow_s=1.5) as site:
+        config = tmp_path / f"crawl-{engine}.yaml"
+        config.write_text(f"""
+output: {tmp_path / engine}
+crawl:
+  seeds: ["{site.url}/", "{site.url}/missing.html"]
+  user_agent: "testbot/1.0"
+  min_delay_s: 0.0
+  timeout_s: 1.0
+  max_retries: 1
+  backoff_s: 0.05
+  max_bytes: 1000000
+  max_depth: 3
+extract: {{min_chars: 20}}
+beam_args: ["--runner=FnApiRunner"]
+""")
+        code, table = run(["--config", str(config), "--engine", engine])
+    assert code == 0, table
+    return str(tmp_path / engine), site.url
+
+
+def crawl_view(out: str, site: str) -> dict:
+    """What a crawl must agree on (the site's port and fetch times aside)."""
+    def rows(sub: str) -> list[dict]:
+        return [r for f in sorted(glob.glob(f"{out}/{sub}/*.parquet")) for r in pq.read_table(f).to_pylist()]
+
+    port = site.rsplit(":", 1)[1]
+    log = sorted((r["url"].replace(site, ""), r["attempt"], r["status"],
+                  (r["error"] or "").replace(f"port={port}", "port=PORT"),
+                  (r["redirect_to"] or "").replace(site, ""), r["depth"]) for r in rows("crawl/fetch_log"))
+    frontier = sorted(line.strip() for f in glob.glob(f"{out}/crawl/frontier/*.txt") for line in open(f))
+    docs = sorted((d["url"].replace(site, ""), d["text"]) for d in rows("docs/extract"))
+    counts = {s: json.loads(Path(out, "manifests", f"{s}.json").read_text())["counts"] for s in ("crawl", "extract")}
+    return {"log": log, "frontier": frontier, "docs": docs, "counts": counts}

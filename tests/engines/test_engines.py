@@ -9,7 +9,6 @@ tests fail with what to install, they never skip. ``make test-engines`` runs the
 from __future__ import annotations
 
 import glob
-import io
 import json
 import os
 import signal
@@ -26,38 +25,13 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines.dedup_stage import EDGE_SCHEMA, NearDedupDriver
 from pipelines.engines import WorkerPool, engine_args, shared_job_server
-from pipelines.run import main
-from tests.enginejob import EngineJob, differences, write_engine_job
-from tests.httpsite import Site
+from tests.enginejob import crawl, crawl_view, differences, run
 from tests.interruptjob import STAGES, interrupt_run, write_dedup_job
 from transforms.dedup.dedup import DedupConfig, MinHashConfig
 
 pytestmark = [pytest.mark.engines, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def run(argv: list[str]) -> tuple[int, str]:
-    out = io.StringIO()
-    code = main(argv + ["--log-level", "WARNING", "--no-progress", "--no-report"], out=out)
-    return code, out.getvalue()
-
-
-@pytest.fixture(scope="module")
-def job(tmp_path_factory) -> EngineJob:
-    return write_engine_job(tmp_path_factory.mktemp("enginejob"))
-
-
-@pytest.fixture(scope="module")
-def reference(job) -> str:
-    """The whole chain on FnApiRunner: what every engine must reproduce."""
-    out = str(job.root / "out-direct")
-    code, table = run(["--config", job.config, "--output", out])
-    assert code == 0, table
-    manifest = json.loads(Path(out, "manifests", "dedup_minhash.json").read_text())
-    assert manifest["extra"]["counters"]["cc_rounds"] >= 2
-    assert manifest["counts"]["rejected_by_reason"]["near_duplicate"] >= 60  # chains + planted pairs
-    return out
 
 
 class Sampler:
@@ -122,56 +96,12 @@ def test_spark_with_sdk_workers_in_a_pool_equals_fnapi(job, reference):
     assert started >= 1, log.read_text()
 
 
-def _crawl(tmp_path: Path, engine: str) -> tuple[str, str]:
-    with Site(slow_s=1.5) as site:
-        config = tmp_path / f"crawl-{engine}.yaml"
-        config.write_text(f"""
-output: {tmp_path / engine}
-crawl:
-  seeds: ["{site.url}/", "{site.url}/missing.html"]
-  user_agent: "testbot/1.0"
-  min_delay_s: 0.0
-  timeout_s: 1.0
-  max_retries: 1
-  backoff_s: 0.05
-  max_bytes: 1000000
-  max_depth: 3
-extract: {{min_chars: 20}}
-beam_args: ["--runner=FnApiRunner"]
-""")
-        code, table = run(["--config", str(config), "--engine", engine])
-    assert code == 0, table
-    return str(tmp_path / engine), site.url
-
-
-def _crawl_view(out: str, site: str) -> dict:
-    """What a crawl must agree on (the site's port and fetch times aside)."""
-    def rows(sub: str) -> list[dict]:
-        return [r for f in sorted(glob.glob(f"{out}/{sub}/*.parquet")) for r in pq.read_table(f).to_pylist()]
-
-    port = site.rsplit(":", 1)[1]
-    log = sorted((r["url"].replace(site, ""), r["attempt"], r["status"],
-                  (r["error"] or "").replace(f"port={port}", "port=PORT"),
-                  (r["redirect_to"] or "").replace(site, ""), r["depth"]) for r in rows("crawl/fetch_log"))
-    frontier = sorted(line.strip() for f in glob.glob(f"{out}/crawl/frontier/*.txt") for line in open(f))
-    docs = sorted((d["url"].replace(site, ""), d["text"]) for d in rows("docs/extract"))
-    counts = {s: json.loads(Path(out, "manifests", f"{s}.json").read_text())["counts"] for s in ("crawl", "extract")}
-    return {"log": log, "frontier": frontier, "docs": docs, "counts": counts}
-
-
-@pytest.fixture(scope="module")
-def direct_crawl(tmp_path_factory) -> dict:
-    view = _crawl_view(*_crawl(tmp_path_factory.mktemp("crawl"), "direct"))
-    assert view["counts"]["crawl"]["failed_by_error"] == {"redirect_loop": 1, "timeout": 1}
-    return view
-
-
 @pytest.mark.parametrize("engine", ["flink", "spark", "prism"])
 def test_crawl_stage_equals_fnapi(tmp_path, direct_crawl, engine):
     """The crawl stage against the local test site (robots, redirects, a loop, 404, a 500
     then 200, a timeout, an image, a huge page), then extract, on the engine and on
     FnApiRunner: the same fetch log, frontier, counts and extracted pages."""
-    assert _crawl_view(*_crawl(tmp_path, engine)) == direct_crawl
+    assert crawl_view(*crawl(tmp_path, engine)) == direct_crawl
 
 
 def test_worker_killed_during_near_dedup_on_flink(job, reference, tmp_path):
