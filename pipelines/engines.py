@@ -242,6 +242,40 @@ PARTS = {
 }
 
 
+# The (installed Beam SDK, job server's Beam) versions `make test` runs each part with
+# (docs/RUNNING_AT_SCALE.md, "Versions"): Maven serves Beam's Flink and Spark runner modules
+# here up to 2.62.0, with the 2.77.0 SDK; Prism is built from the SDK's own version. Any
+# other pair is refused before a job starts, naming both, unless UNTESTED_ENV is set.
+TESTED_VERSIONS: dict[str, tuple[tuple[str, str], ...]] = {
+    "flink": (("2.77.0", JAVA_FALLBACK),),
+    "spark": (("2.77.0", JAVA_FALLBACK),),
+    "prism": (("2.77.0", "2.77.0"),),
+}
+UNTESTED_ENV = "TOKENFACTORY_UNTESTED_ENGINES"
+_SOURCE_VERSION = re.compile(r"beam-runners-[\w.-]+?:(\d+\.\d+\.\d+)|/sdks/v2/go/cmd/prism@v(\d+\.\d+\.\d+)")
+
+
+def part_beam_version(part: str, cache: Optional[Path] = None) -> str:
+    """The Beam version of a fetched part, from its ``SOURCE``; "" when it does not say."""
+    source = PARTS[part].path(cache).parent / "SOURCE"
+    try:
+        match = _SOURCE_VERSION.search(source.read_text())
+    except OSError:
+        return ""
+    return (match.group(1) or match.group(2)) if match else ""
+
+
+def version_refusal(part: str, sdk: str, server: str) -> Optional[str]:
+    """Why ``part`` at Beam ``server`` with the Beam ``sdk`` SDK is refused (None: tested)."""
+    tested = TESTED_VERSIONS.get(part, ())
+    if (sdk, server) in tested:
+        return None
+    pairs = "; ".join(f"SDK {a} with {part} {b}" for a, b in tested)
+    return (f"{part}: the Beam {sdk} SDK with a {part} job server of Beam {server or 'unknown version (no SOURCE)'} "
+            f"is not a combination the tests ran (tested: {pairs}); `python -m pipelines.engines fetch {part} "
+            f"--force` fetches the tested one, or set {UNTESTED_ENV}=1 to run this one anyway")
+
+
 @dataclass(frozen=True)
 class Engine:
     name: str
@@ -253,6 +287,10 @@ class Engine:
         (``host:port``): workers run there (``EXTERNAL``) instead of in this process.
         ``input_bytes``: the job's input size (Spark's partitions follow it)."""
         path = str(PARTS[self.part].require(cache)) if self.part else ""
+        if self.part and not os.environ.get(UNTESTED_ENV):
+            refusal = version_refusal(self.part, BEAM_VERSION, part_beam_version(self.part, cache))
+            if refusal:
+                raise EngineMissing(refusal)
         environment = (["--environment_type=EXTERNAL", f"--environment_config={worker_pool}",
                         "--sdk_worker_parallelism=2"] if worker_pool
                        else ["--environment_type=LOOPBACK"])
@@ -579,6 +617,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 path = part.path()
                 source = path.parent / "SOURCE"
                 state = source.read_text().strip() if path.exists() and source.exists() else "missing"
+                if state != "missing":
+                    refusal = version_refusal(name, BEAM_VERSION, part_beam_version(name))
+                    state += "; untested with this SDK" if refusal else f"; tested with the Beam {BEAM_VERSION} SDK"
                 sys.stdout.write(f"{name:6} {path}  {state}\n")
     except (EngineMissing, clusters.ClusterError, ValueError) as exc:
         sys.stderr.write(f"error: {exc}\n")

@@ -27,11 +27,62 @@ def test_missing_part_names_what_to_install(tmp_path, monkeypatch):
     assert "engine error: flink:" in err.getvalue() and "make engines" in err.getvalue()
 
 
+# what `make engines` writes in each part's SOURCE here (the tested versions)
+SOURCES = {
+    "flink": "org.apache.beam.runners.flink.FlinkJobServerDriver from org.apache.beam:beam-runners-flink-1.19:2.62.0, "
+             "org.slf4j:slf4j-simple:1.7.30 (launcher jar over lib/)",
+    "spark": "org.apache.beam.runners.spark.SparkJobServerDriver from org.apache.beam:beam-runners-spark-3:2.62.0, "
+             "org.apache.spark:spark-core_2.12:3.5.6 (launcher jar over lib/)",
+    "prism": "github.com/apache/beam/sdks/v2/go/cmd/prism@v2.77.0 (built with go version go1.26.8 linux/amd64)",
+}
+
+
+def fake_parts(root, sources=SOURCES) -> None:
+    for part, name in (("flink", "job-server.jar"), ("spark", "job-server.jar"), ("prism", "prism")):
+        (root / part).mkdir(exist_ok=True)
+        (root / part / name).write_bytes(b"x")
+        if sources.get(part) is not None:
+            (root / part / "SOURCE").write_text(sources[part] + "\n")
+
+
+def test_the_fetched_parts_are_the_tested_versions():
+    """Fails when `make engines` fetched other versions than the ones the tests ran (a new
+    Beam SDK, a mirror serving newer runner modules): TESTED_VERSIONS and
+    docs/RUNNING_AT_SCALE.md then need the new pair, after the engine tests pass with it."""
+    from pipelines.engines import BEAM_VERSION, PARTS, TESTED_VERSIONS, part_beam_version
+
+    assert BEAM_VERSION == "2.77.0"
+    for part in PARTS:
+        assert (BEAM_VERSION, part_beam_version(part)) in TESTED_VERSIONS[part], part
+    assert {part: part_beam_version(part, None) for part in PARTS} == {"flink": "2.62.0", "spark": "2.62.0",
+                                                                       "prism": "2.77.0"}
+
+
+def test_an_untested_combination_is_refused_naming_both_unless_allowed(tmp_path, monkeypatch):
+    from pipelines.engines import UNTESTED_ENV, part_beam_version
+
+    monkeypatch.setenv("TOKENFACTORY_ENGINES", str(tmp_path))
+    monkeypatch.delenv(UNTESTED_ENV, raising=False)
+    shaded = "org.apache.beam:beam-runners-flink-1.19-job-server:2.77.0 (Beam's job server jar, Maven Central)"
+    fake_parts(tmp_path, {**SOURCES, "flink": shaded, "spark": SOURCES["spark"].replace(":2.62.0", ":2.61.0"),
+                          "prism": None})
+    assert part_beam_version("flink") == "2.77.0" and part_beam_version("spark") == "2.61.0"
+    assert part_beam_version("prism") == ""
+    with pytest.raises(EngineMissing, match=r"spark: the Beam 2\.77\.0 SDK with a spark job server of Beam 2\.61\.0 "
+                                            r"is not a combination the tests ran \(tested: SDK 2\.77\.0 with spark "
+                                            r"2\.62\.0\).*TOKENFACTORY_UNTESTED_ENGINES=1"):
+        engine_args("spark")
+    with pytest.raises(EngineMissing, match=r"flink job server of Beam 2\.77\.0 is not a combination"):
+        engine_args("flink")  # Beam's own shaded jar of the SDK's version: not what the tests ran
+    with pytest.raises(EngineMissing, match=r"prism job server of Beam unknown version \(no SOURCE\)"):
+        engine_args("prism")
+    monkeypatch.setenv(UNTESTED_ENV, "1")
+    assert "--runner=SparkRunner" in engine_args("spark") and "--runner=PrismRunner" in engine_args("prism")
+
+
 def test_engine_options(tmp_path, monkeypatch):
     monkeypatch.setenv("TOKENFACTORY_ENGINES", str(tmp_path))
-    for part, name in (("flink", "job-server.jar"), ("spark", "job-server.jar"), ("prism", "prism")):
-        (tmp_path / part).mkdir()
-        (tmp_path / part / name).write_bytes(b"x")
+    fake_parts(tmp_path)
     flink = engine_args("flink")
     assert "--flink_master=[local]" in flink and "--environment_type=LOOPBACK" in flink
     assert f"--flink_job_server_jar={tmp_path / 'flink' / 'job-server.jar'}" in flink
@@ -68,7 +119,35 @@ def test_engine_options(tmp_path, monkeypatch):
     assert "--direct_running_mode=multi_processing" in engine_args("direct-mp")
     with pytest.raises(ValueError, match="unknown engine 'storm'"):
         engine_args("storm")
-    assert set(ENGINES) == {"direct", "direct-mp", "flink", "spark", "prism"}
+    assert set(ENGINES) == {"direct", "direct-mp", "flink", "spark", "prism", "spark-cluster"}
+
+
+def test_spark_cluster_options_come_from_the_cluster_that_is_up(tmp_path, monkeypatch):
+    import json
+    import os
+
+    monkeypatch.setenv("TOKENFACTORY_ENGINES", str(tmp_path / "engines"))
+    monkeypatch.setenv("TOKENFACTORY_CLUSTERS", str(tmp_path / "clusters"))
+    (tmp_path / "engines").mkdir()
+    fake_parts(tmp_path / "engines")
+    folder = tmp_path / "clusters" / "spark"
+    folder.mkdir(parents=True)
+    state = {"kind": "spark", "master_url": "spark://127.0.0.1:7077", "master_ui": "http://127.0.0.1:8080",
+             "spec": {"workers": 2, "cores": 1, "memory": "768m", "daemon_heap": "256m"},
+             "processes": {"master": os.getpid()}, "pool": "localhost:50123"}
+    (folder / "state.json").write_text(json.dumps(state))
+    args = engine_args("spark-cluster", input_bytes=1000)
+    assert "--runner=SparkRunner" in args and "--spark_master_url=spark://127.0.0.1:7077" in args
+    for prop in ("spark.driver.host=127.0.0.1", "spark.driver.bindAddress=127.0.0.1", "spark.executor.memory=768m",
+                 "beam.spark.test.reuseSparkContext=true", "spark.default.parallelism=4",
+                 "spark.serializer=org.apache.spark.serializer.KryoSerializer"):
+        assert f"--job_server_jvm_properties=-D{prop}" in args, prop
+    assert "--environment_type=EXTERNAL" in args and "--environment_config=localhost:50123" in args
+    assert "--environment_config=localhost:9" in engine_args("spark-cluster", worker_pool="localhost:9")
+    # a process of the cluster gone: not up, say how to start it
+    (folder / "state.json").write_text(json.dumps({**state, "processes": {"master": 2**22 + 7}}))
+    with pytest.raises(EngineMissing, match="no spark cluster is up in .*cluster spark up"):
+        engine_args("spark-cluster")
 
 
 def test_launcher_jar_manifest_lists_every_jar(tmp_path):
