@@ -284,7 +284,10 @@ def engine_state(kind: str) -> dict[str, Any]:
     it when none is up."""
     folder = cluster_dir(kind)
     state = read_state(folder)
-    if state is None or not all(_alive(int(pid)) for pid in state["processes"].values()):
+    alive = {name: _alive(int(pid)) for name, pid in (state or {}).get("processes", {}).items()}
+    workers = [alive[name] for name in alive if name.startswith("worker-")]
+    # a cluster that lost workers still runs jobs on the others (as a real one does)
+    if state is None or not alive.get("master") or not alive.get("sdk-worker-pool", True) or not any(workers):
         raise ClusterError(f"no {kind} cluster is up in {folder}: start one with "
                            f"`python -m pipelines.engines cluster {kind} up`")
     return state

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
 import time
@@ -118,3 +120,92 @@ def test_a_worker_that_does_not_start_stops_what_did(tmp_path):
     assert time.monotonic() - started < 80  # not the 90 s timeout: the exit is seen
     assert clusters.read_state(folder) is None
     assert clusters.SCALA_VERSION == engines.SCALA_VERSION
+
+
+# --- worker loss (issue 40, item 3) ------------------------------------------------------
+
+LOSS_STAGES = ("extract", "dedup_exact", "dedup_minhash")
+
+
+@pytest.fixture(scope="module")
+def dedup_reference(tmp_path_factory) -> tuple[str, str]:
+    """(config, output) of the near-dedup job on FnApiRunner: what a run that lost a worker
+    must still write."""
+    from tests.interruptjob import STAGES, write_dedup_job
+
+    root = tmp_path_factory.mktemp("lossjob")
+    config = write_dedup_job(root)
+    out = str(root / "out-direct")
+    code, table = run(["--config", config, "--output", out, "--stages", STAGES])
+    assert code == 0, table
+    return config, out
+
+
+def _executors(worker_pid: int) -> list[int]:
+    """The executor JVMs a worker started (its process group, but for itself)."""
+    return [p for p in clusters.group_members(worker_pid)
+            if p != worker_pid and "CoarseGrainedExecutorBackend" in Path(f"/proc/{p}/cmdline").read_text()]
+
+
+def _lose_during_near_dedup(config: str, out: Path, env: dict[str, str], lose) -> tuple[int, str]:
+    """Runs the dedup job on the cluster of ``env``; once dedup_minhash has begun (its work
+    folder exists and an executor runs), calls ``lose()``; (exit code, console)."""
+    from tests.interruptjob import STAGES
+
+    argv = [sys.executable, "-m", "pipelines.run", "--config", config, "--output", str(out), "--stages", STAGES,
+            "--engine", "spark-cluster", "--no-progress", "--no-report"]
+    proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 600
+    while not (out / "work" / "dedup_minhash").exists():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0][-3000:]
+        time.sleep(0.1)
+    time.sleep(3)  # into the stage's first Spark job
+    lose()
+    console, _ = proc.communicate(timeout=900)
+    return proc.returncode, console
+
+
+def _own_cluster(tmp_path: Path) -> tuple[dict[str, str], dict]:
+    env = {**os.environ, "TOKENFACTORY_CLUSTERS": str(tmp_path / "clusters")}
+    up = cluster_cli("up", env=env)
+    assert up.returncode == 0, up.stderr[-3000:]
+    return env, json.loads(cluster_cli("status", env=env).stdout)
+
+
+@pytest.mark.parametrize("lost", ["worker", "executor"])
+def test_a_lost_spark_worker_or_executor_during_near_dedup_loses_nothing(tmp_path, dedup_reference, lost):
+    """SIGKILL to a worker JVM with its executors (a node gone), or to one executor,
+    while dedup_minhash runs. Measured here (docs/RUNNING_AT_SCALE.md): Spark reschedules
+    the lost tasks (a lost worker's executor is reported to the job's driver and its tasks
+    run on the other worker; a killed executor is replaced on its worker) and the run ends
+    well, with the outputs of an uninterrupted run."""
+    config, reference = dedup_reference
+    env, state = _own_cluster(tmp_path)
+    worker = state["processes"]["worker-1"]
+    try:
+        def lose() -> None:
+            executors = _executors(worker)
+            assert executors, "no executor on worker-1 to lose"
+            if lost == "worker":
+                os.killpg(worker, signal.SIGKILL)
+            else:
+                os.kill(executors[0], signal.SIGKILL)
+
+        out = tmp_path / "out"
+        code, console = _lose_during_near_dedup(config, out, env, lose)
+        assert code == 0, f"the run did not survive the lost {lost}: {console[-3000:]}"
+        assert differences(reference, str(out), stages=LOSS_STAGES) == []
+        assert len(list((out / "logs").glob("engine-*.log"))) == 1  # one run: nothing was resumed
+        master_log = (Path(state["folder"]) / "logs" / "master.log").read_text()
+        if lost == "worker":  # the master drops it and tells the driver; its tasks ran on worker-2
+            assert "Telling app of lost executor" in master_log
+        else:  # replaced on the same worker: a third executor for the job
+            assert re.search(r"Removing executor app-\S+ because it is EXITED", master_log)
+            assert len(re.findall(r"Launching executor app-\S+ on worker", master_log)) == 3
+        view = json.loads(cluster_cli("status", env=env).stdout)
+        assert view["alive"]["worker-1"] is (lost == "executor") and view["master"]["aliveworkers"] == (
+            1 if lost == "worker" else 2)
+    finally:
+        pids = list(state["processes"].values())
+        assert cluster_cli("down", env=env).returncode == 0
+        assert _left(pids) == []

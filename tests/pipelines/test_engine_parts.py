@@ -134,7 +134,8 @@ def test_spark_cluster_options_come_from_the_cluster_that_is_up(tmp_path, monkey
     folder.mkdir(parents=True)
     state = {"kind": "spark", "master_url": "spark://127.0.0.1:7077", "master_ui": "http://127.0.0.1:8080",
              "spec": {"workers": 2, "cores": 1, "memory": "768m", "daemon_heap": "256m"},
-             "processes": {"master": os.getpid()}, "pool": "localhost:50123"}
+             "processes": {"master": os.getpid(), "worker-1": os.getpid(), "worker-2": 2**22 + 7,
+                           "sdk-worker-pool": os.getpid()}, "pool": "localhost:50123"}
     (folder / "state.json").write_text(json.dumps(state))
     args = engine_args("spark-cluster", input_bytes=1000)
     assert "--runner=SparkRunner" in args and "--spark_master_url=spark://127.0.0.1:7077" in args
@@ -144,10 +145,13 @@ def test_spark_cluster_options_come_from_the_cluster_that_is_up(tmp_path, monkey
         assert f"--job_server_jvm_properties=-D{prop}" in args, prop
     assert "--environment_type=EXTERNAL" in args and "--environment_config=localhost:50123" in args
     assert "--environment_config=localhost:9" in engine_args("spark-cluster", worker_pool="localhost:9")
-    # a process of the cluster gone: not up, say how to start it
-    (folder / "state.json").write_text(json.dumps({**state, "processes": {"master": 2**22 + 7}}))
-    with pytest.raises(EngineMissing, match="no spark cluster is up in .*cluster spark up"):
-        engine_args("spark-cluster")
+    # worker-2 is gone (above) and jobs still run on worker-1; without the master, the pool
+    # or any worker: not up, and the message says how to start one
+    gone = 2**22 + 7  # above Linux's largest pid
+    for lost in ({"master": gone}, {"sdk-worker-pool": gone}, {"worker-1": gone}):
+        (folder / "state.json").write_text(json.dumps({**state, "processes": {**state["processes"], **lost}}))
+        with pytest.raises(EngineMissing, match="no spark cluster is up in .*cluster spark up"):
+            engine_args("spark-cluster")
 
 
 def test_launcher_jar_manifest_lists_every_jar(tmp_path):
