@@ -232,13 +232,7 @@ def _stop(pid: int, grace: float = 15.0) -> bool:
 
 
 def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return any(_alive(pid) for pid in group_members(pgid))
+    return bool(group_members(pgid))
 
 
 def group_members(pgid: int) -> list[int]:

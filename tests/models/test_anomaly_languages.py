@@ -187,3 +187,18 @@ def test_the_review_head_learns_what_the_answers_mark():
     p_normal = loose.probability(z, signals)[~noisy]
     assert loose.threshold > 0.5 and (p_normal > loose.threshold).sum() == int(0.02 * len(p_normal))
     assert strict.threshold == pytest.approx(strict.probability(z, signals)[~noisy].max())
+
+
+def test_the_shares_across_sentences_have_a_floor_on_their_spread():
+    """Most documents of most languages have a language-mix share of 0: an IQR of 0 would
+    make one odd sentence infinitely anomalous. The residual spread is at least one
+    sentence in eight, and the corpus standardisation's scale at least 1 for those two
+    detectors (not for the others)."""
+    from models.anomaly import DETECTORS, _standardisation
+
+    flat = LanguageCentres.fit(np.zeros(12), ["en"] * 12, min_docs=5, min_spread=0.125)
+    assert flat.spread == 0.125 and flat.apply(np.array([0.5]), ["en"])[0] == pytest.approx(4.0)
+    assert LanguageCentres.fit(np.zeros(12), ["en"] * 12, min_docs=5).spread < 1e-6
+    location, scale = _standardisation(np.zeros((10, len(DETECTORS))))
+    floors = dict(zip(DETECTORS, scale))
+    assert floors["cohesion"] == floors["language_mix"] == 1.0 and floors["perplexity"] < 1e-6
