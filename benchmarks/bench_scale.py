@@ -34,11 +34,23 @@ sum can fall short of ``cpu_s``), what building its pipelines cost (``graph``, f
 manifest) and, with ``--work-cpu``, the pure work of the stage on the same documents in
 this process (``benchmarks.scale_work``) and the share of the stage's CPU that is not that
 work (``framework_share``).
+
+``spark-cluster`` and ``flink-cluster`` (issue 40): the benchmark starts the cluster
+(``python -m pipelines.engines cluster KIND up``, in ``<work>/clusters``; ``--cluster-arg``
+passes sizes) before the run and stops it after. The tree measured is then the run's and
+the cluster's: every process of the cluster's process groups (master, workers and the
+executors they start, JobManager, TaskManagers, the pool and its SDK workers), their CPU
+counted from the run's start, memory per process name (``java Master``, ``java
+TaskManagerRunner``, ...). ``shuffled_bytes``: what the engine's tasks wrote for other
+tasks to read, from the engine's own counters: Spark's event log (the ``spark`` engines:
+shuffle bytes written, summed over tasks) and Flink's REST API (``flink-cluster``: the
+``write-bytes`` of every job vertex, summed over the cluster's jobs).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -50,7 +62,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from benchmarks import SHARED_DATA
 from benchmarks.bench_dedup_quality import edit
@@ -58,7 +70,8 @@ from pipelines.engines import child_pids
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = SHARED_DATA
-ENGINES = ("direct-mp", "flink", "spark", "prism", "direct")
+ENGINES = ("direct-mp", "flink", "spark", "prism", "direct", "spark-cluster", "flink-cluster")
+CLUSTERS = {"spark-cluster": "spark", "flink-cluster": "flink"}
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
 
@@ -157,8 +170,28 @@ def _name(pid: int) -> str:
         return "?"
     exe = os.path.basename(cmd[0].decode(errors="replace"))
     if exe.startswith("python") and len(cmd) > 2 and cmd[1] in (b"-m", b"-c"):
+        if b"pipelines.worker_pool" in cmd[2]:
+            return "python pool"
         return "python " + ("driver" if b"pipelines.run" in cmd[2] else "worker")
+    if exe == "java":
+        return "java " + _java_main(cmd)
     return exe
+
+
+def _java_main(cmd: list[bytes]) -> str:
+    """A JVM's main class, short (``Master``, ``TaskManagerRunner``), or its jar's name."""
+    i = 1
+    while i < len(cmd):
+        arg = cmd[i].decode(errors="replace")
+        if arg == "-jar" and i + 1 < len(cmd):
+            return os.path.basename(cmd[i + 1].decode(errors="replace"))
+        if arg in ("-cp", "-classpath"):
+            i += 2
+            continue
+        if arg and not arg.startswith("-"):
+            return arg.rsplit(".", 1)[-1]
+        i += 1
+    return "?"
 
 
 def _cpu_s(pid: int) -> float:
@@ -186,9 +219,13 @@ class TreeSampler(threading.Thread):
     peak per stage (where a process tree grows is a stage question)."""
 
     def __init__(self, pid: int, limit_kb: int, output: Optional[Path] = None,
-                 progress: Optional[Path] = None, interval_s: float = 1.0, snapshot_every: int = 10) -> None:
+                 progress: Optional[Path] = None, interval_s: float = 1.0, snapshot_every: int = 10,
+                 also: Optional[Callable[[], list[int]]] = None) -> None:
         super().__init__(daemon=True)
         self.pid, self.peak_kb, self.cpu, self.limit_kb, self.over = pid, 0, {}, limit_kb, False
+        # ``also``: more processes to measure (a cluster's), their CPU counted from now on
+        self.also = also or (lambda: [])
+        self.cpu.update({p: _cpu_s(p) for p in self.also()})
         self.cpu_by_stage: dict[str, float] = {}  # CPU seconds the tree gained while each stage ran
         self.at_peak: dict[str, int] = {}  # process name → PSS MB at the peak
         self.output, self.progress = output, progress
@@ -230,7 +267,7 @@ class TreeSampler(threading.Thread):
     def sample(self) -> None:
         """One look at the tree: its PSS and CPU seconds; past the limit, the tree is killed."""
         self.samples += 1
-        pids = [self.pid] + _descendants(self.pid)
+        pids = list(dict.fromkeys([self.pid] + _descendants(self.pid) + self.also()))
         sizes = {p: _pss_kb(p) for p in pids}
         named: dict[str, int] = {}
         largest: dict[str, int] = {}
@@ -270,14 +307,15 @@ class TreeSampler(threading.Thread):
 
 def run_engine(engine: str, config: Path, log: Path, timeout_s: float,
                extra: tuple[str, ...] = (), limit_gb: float = 20.0, output: Optional[Path] = None,
-               progress: Optional[Path] = None, env: Optional[dict[str, str]] = None) -> dict[str, Any]:
+               progress: Optional[Path] = None, env: Optional[dict[str, str]] = None,
+               also: Optional[Callable[[], list[int]]] = None) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "pipelines.run", "--config", str(config), "--engine", engine,
            "--no-progress", "--no-report", "--log-level", "INFO"] + list(extra)
     t0 = time.perf_counter()
     with log.open("w") as out:
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
                                 env=env)
-        sampler = TreeSampler(proc.pid, int(limit_gb * 1024 * 1024), output, progress)
+        sampler = TreeSampler(proc.pid, int(limit_gb * 1024 * 1024), output, progress, also=also)
         sampler.start()
         deadline = time.monotonic() + timeout_s
         status, usage = None, None
@@ -381,6 +419,62 @@ def same_output(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return counts(a) == counts(b) and a["tokens"] == b["tokens"]
 
 
+# --- clusters (issue 40) ---------------------------------------------------------------
+
+@contextlib.contextmanager
+def engine_cluster(engine: str, work: Path, args: tuple[str, ...] = ()) -> Iterator[dict[str, Any]]:
+    """For a cluster engine, its cluster up in ``<work>/clusters`` while the block runs:
+    ``env`` (for the run), ``also`` (the cluster's processes, for the sampler) and its
+    ``state``; for any other engine, nothing to do."""
+    kind = CLUSTERS.get(engine)
+    if kind is None:
+        yield {"env": None, "also": None, "state": None}
+        return
+    from pipelines import clusters
+
+    env = {**os.environ, "TOKENFACTORY_CLUSTERS": str(work / "clusters")}
+    cli = [sys.executable, "-m", "pipelines.engines", "cluster", kind]
+    up = subprocess.run(cli + ["up", *args], cwd=ROOT, env=env, capture_output=True, text=True)
+    if up.returncode != 0:
+        raise RuntimeError(f"cluster {kind} up failed: {up.stderr[-2000:]}")
+    state = clusters.read_state(work / "clusters" / kind) or {"processes": {}}
+    heads = [int(p) for p in state["processes"].values()]
+    try:
+        yield {"env": env, "state": state,
+               "also": lambda: sorted({m for h in heads for m in [h, *clusters.group_members(h), *_descendants(h)]})}
+    finally:
+        subprocess.run(cli + ["down"], cwd=ROOT, env=env, capture_output=True, text=True)
+
+
+SPARK_EVENT_LOG = ("--job_server_jvm_properties=-Dspark.eventLog.enabled=true",
+                   "--job_server_jvm_properties=-Dspark.eventLog.dir={dir}")
+
+
+def spark_shuffled_bytes(folder: Path) -> int:
+    """Shuffle bytes written by every task of the Spark event logs in ``folder``."""
+    total = 0
+    for log in folder.glob("*"):
+        with log.open(encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if '"SparkListenerTaskEnd"' not in line:
+                    continue
+                metrics = json.loads(line).get("Task Metrics") or {}
+                total += int((metrics.get("Shuffle Write Metrics") or {}).get("Shuffle Bytes Written", 0))
+    return total
+
+
+def flink_shuffled_bytes(rest: str) -> int:
+    """``write-bytes`` of every vertex of every job the Flink cluster at ``rest`` ran."""
+    import urllib.request
+
+    def get(path: str) -> dict[str, Any]:
+        with urllib.request.urlopen(rest + path, timeout=30) as response:
+            return json.loads(response.read().decode("utf-8"))
+
+    return sum(int(v.get("metrics", {}).get("write-bytes", 0))
+               for job in get("/jobs/overview").get("jobs", []) for v in get(f"/jobs/{job['jid']}").get("vertices", []))
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=int, nargs="+", default=[1_000_000, 3_000_000])
@@ -398,6 +492,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                              "(benchmarks.floor): the engine's own floor per stage")
     parser.add_argument("--beam-arg", action="append", default=[], dest="beam_args",
                         help="a Beam option for every run, e.g. --beam-arg=--job_server_jvm_properties=-Xmx2g")
+    parser.add_argument("--cluster-arg", action="append", default=[], dest="cluster_args",
+                        help="an option of `cluster KIND up` for the cluster engines, e.g. --cluster-arg=--memory=2g")
     args = parser.parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
     # the run has a session of its own (a Ctrl-C in the terminal would not reach it): an
@@ -419,9 +515,24 @@ def main(argv: Optional[list[str]] = None) -> int:
         for engine in engines:
             output = args.work / f"out-{engine}-{n}"
             shutil.rmtree(output, ignore_errors=True)
-            result = run_engine(engine, job_config(args.work, data, output), args.work / f"log-{engine}-{n}.txt",
-                                args.timeout_h * 3600, tuple(args.beam_args), args.max_memory_gb, output,
-                                args.work / f"progress-{engine}-{n}.json")
+            events = args.work / f"spark-events-{engine}-{n}"
+            extra = list(args.beam_args)
+            if engine.startswith("spark"):
+                shutil.rmtree(events, ignore_errors=True)
+                events.mkdir()
+                extra += [a.format(dir=events) for a in SPARK_EVENT_LOG]
+            with engine_cluster(engine, args.work, tuple(args.cluster_args)) as cluster:
+                result = run_engine(engine, job_config(args.work, data, output), args.work / f"log-{engine}-{n}.txt",
+                                    args.timeout_h * 3600, tuple(extra), args.max_memory_gb, output,
+                                    args.work / f"progress-{engine}-{n}.json", env=cluster["env"],
+                                    also=cluster["also"])
+                if engine.startswith("spark"):
+                    result["shuffled_bytes"] = spark_shuffled_bytes(events)
+                elif engine == "flink-cluster":
+                    result["shuffled_bytes"] = flink_shuffled_bytes(cluster["state"]["rest"])
+                if cluster["state"]:
+                    result["cluster"] = {"kind": cluster["state"]["kind"], "spec": cluster["state"]["spec"],
+                                         "args": args.cluster_args}
             result["beam_args"] = args.beam_args
             result.update(docs=n, cores=cores, input_bytes=data.stat().st_size)
             if result["exit"] == 0:

@@ -24,6 +24,17 @@ command from ``SPARK_HOME/jars``: ``spark_home`` makes one in the cluster folder
 functions), and ``SPARK_SCALA_VERSION`` saves Spark's launcher from looking for a source
 build. Logs go through slf4j-simple (fetched with the Flink part; without it the daemons
 log nothing).
+
+``cluster flink up|down|status`` does the same for a Flink session cluster: a JobManager
+(``StandaloneSessionClusterEntrypoint``, REST on 127.0.0.1) and ``taskmanagers``
+TaskManagers (``TaskManagerRunner``, ``slots`` task slots each), JVMs from the Flink job
+server's fetched classpath (flink-runtime 1.19 and Beam's Flink runner, so a TaskManager
+can run the runner's operators), configured by a ``conf/flink-conf.yaml`` written into the
+cluster folder. Each JVM's memory flags and its resource options are what Flink's own
+start scripts give it: Flink's ``BashJavaUtils`` derives them from that file (a
+TaskManager started without them refuses: ``taskmanager.cpu.cores`` is not set).
+``--engine flink-cluster`` runs a job on it: the Beam Flink job server submits to the
+JobManager's REST address; the TaskManagers ask the cluster's pool for SDK workers.
 """
 
 from __future__ import annotations
@@ -44,9 +55,15 @@ from typing import Any, Optional
 
 ROOT = Path(__file__).resolve().parent.parent
 SCALA_VERSION = "2.12"  # pipelines.engines.SCALA_VERSION (a test holds them equal)
-CLUSTER_KINDS = ("spark",)
+CLUSTER_KINDS = ("spark", "flink")
+# the process a cluster cannot run without, and the prefix of its workers' names
+HEADS = {"spark": "master", "flink": "jobmanager"}
+WORKERS = {"spark": "worker-", "flink": "taskmanager-"}
 LOCALHOST = "127.0.0.1"
 STATE = "state.json"
+# the daemons' log lines with their time (slf4j-simple prints none by default)
+LOG_TIMES = ("-Dorg.slf4j.simpleLogger.showDateTime=true",
+             "-Dorg.slf4j.simpleLogger.dateTimeFormat=yyyy-MM-dd'T'HH:mm:ss.SSS")
 
 
 class ClusterError(RuntimeError):
@@ -65,10 +82,36 @@ class SparkClusterSpec:
     def __post_init__(self) -> None:
         if self.workers < 1 or self.cores < 1:
             raise ValueError(f"workers and cores must be >= 1, got {self.workers} and {self.cores}")
-        for name in ("memory", "daemon_heap"):
-            value = getattr(self, name)
-            if not (value[:-1].isdigit() and value[-1] in "mg"):
-                raise ValueError(f"{name} must be a size like 512m or 1g, got {value!r}")
+        _size("memory", self.memory)
+        _size("daemon_heap", self.daemon_heap)
+
+
+def _size(name: str, value: str) -> None:
+    if not (value[:-1].isdigit() and int(value[:-1]) > 0 and value[-1] in "mg"):
+        raise ValueError(f"{name} must be a size like 512m or 1g, got {value!r}")
+
+
+@dataclass(frozen=True)
+class FlinkClusterSpec:
+    """The size of a Flink session cluster on this machine. The memories are Flink's
+    ``*.memory.process.size``: everything the JVM may use (heap, managed memory for
+    sorts, network buffers for shuffles, metaspace), split by Flink's own rules."""
+
+    taskmanagers: int = 2
+    slots: int = 2  # task slots of each TaskManager
+    taskmanager_memory: str = "1536m"
+    jobmanager_memory: str = "768m"
+    network_memory: str = "320m"  # of each TaskManager's, for shuffle buffers (flink_conf)
+    restart_attempts: int = 10  # restarts of failed tasks per job (a lost TaskManager: one per task it ran)
+
+    def __post_init__(self) -> None:
+        if self.restart_attempts < 0:
+            raise ValueError(f"restart_attempts must be >= 0, got {self.restart_attempts}")
+        if self.taskmanagers < 1 or self.slots < 1:
+            raise ValueError(f"taskmanagers and slots must be >= 1, got {self.taskmanagers} and {self.slots}")
+        _size("taskmanager_memory", self.taskmanager_memory)
+        _size("jobmanager_memory", self.jobmanager_memory)
+        _size("network_memory", self.network_memory)
 
 
 def cluster_dir(kind: str) -> Path:
@@ -160,10 +203,7 @@ def spark_up(folder: Path, part: Path, classpath: list[str], spec: SparkClusterS
     """Starts the cluster (module docstring) from the Spark part's folder ``part`` (its
     ``lib/``) and the daemons' ``classpath``, and writes its state; a ``ClusterError`` when
     one is already up in ``folder`` or a process does not start (what started is stopped)."""
-    state = read_state(folder)
-    if state and any(_alive(pid) for pid in state["processes"].values()):
-        raise ClusterError(f"a spark cluster is already up in {folder} ({state['master_url']}); "
-                           f"`python -m pipelines.engines cluster spark down` first")
+    refuse_second("spark", folder)
     folder.mkdir(parents=True, exist_ok=True)
     logs = folder / "logs"
     env = {**os.environ, "SPARK_LOCAL_IP": LOCALHOST, "SPARK_SCALA_VERSION": SCALA_VERSION,
@@ -175,7 +215,7 @@ def spark_up(folder: Path, part: Path, classpath: list[str], spec: SparkClusterS
              "master_ui": f"http://{LOCALHOST}:{ui_port}", "spec": asdict(spec), "processes": processes,
              "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "pool": ""}
     try:
-        base = [java, f"-Xmx{spec.daemon_heap}", "-cp", os.pathsep.join(classpath)]
+        base = [java, f"-Xmx{spec.daemon_heap}", *LOG_TIMES, "-cp", os.pathsep.join(classpath)]
         master = _spawn(base + ["org.apache.spark.deploy.master.Master", "--host", LOCALHOST,
                                 "--port", str(master_port), "--webui-port", str(ui_port)], logs / "master.log", env)
         started.append(master)
@@ -195,18 +235,148 @@ def spark_up(folder: Path, part: Path, classpath: list[str], spec: SparkClusterS
             watched[logs / f"worker-{i}.log"] = worker
         _wait(f"{spec.workers} Spark workers registering with the master",
               lambda: master_json(ui_port).get("aliveworkers", 0) >= spec.workers, watched)
-        pool_port = _free_port()
-        pool = _spawn([sys.executable, "-m", "pipelines.worker_pool", f"--service_port={pool_port}"],
-                      logs / "sdk-worker-pool.log", {**os.environ, "PYTHONPATH": str(ROOT)})
-        started.append(pool)
-        processes["sdk-worker-pool"] = pool.pid
-        _wait("the SDK worker pool", lambda: _port_open(pool_port), {logs / "sdk-worker-pool.log": pool})
-        state["pool"] = f"localhost:{pool_port}"
+        state["pool"] = _start_pool(logs, started, processes)
     except BaseException:
-        for process in reversed(started):
-            _stop(process.pid)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.wait(timeout=10)
+        _stop_started(started)
+        raise
+    (folder / STATE).write_text(json.dumps(state, indent=2) + "\n", encoding="utf-8")
+    return state
+
+
+def _start_pool(logs: Path, started: list[subprocess.Popen], processes: dict[str, int]) -> str:
+    """Starts the cluster's SDK worker pool; its address for ``--environment_config``."""
+    pool_port = _free_port()
+    pool = _spawn([sys.executable, "-m", "pipelines.worker_pool", f"--service_port={pool_port}"],
+                  logs / "sdk-worker-pool.log", {**os.environ, "PYTHONPATH": str(ROOT)})
+    started.append(pool)
+    processes["sdk-worker-pool"] = pool.pid
+    _wait("the SDK worker pool", lambda: _port_open(pool_port), {logs / "sdk-worker-pool.log": pool})
+    return f"localhost:{pool_port}"
+
+
+def _stop_started(started: list[subprocess.Popen]) -> None:
+    for process in reversed(started):
+        _stop(process.pid)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=10)
+
+
+def refuse_second(kind: str, folder: Path) -> None:
+    state = read_state(folder)
+    if state and any(_alive(pid) for pid in state["processes"].values()):
+        raise ClusterError(f"a {kind} cluster is already up in {folder} ({state['master_url']}); "
+                           f"`python -m pipelines.engines cluster {kind} down` first")
+
+
+def flink_conf(folder: Path, spec: FlinkClusterSpec, rpc_port: int, rest_port: int) -> Path:
+    """Writes the cluster's ``conf/flink-conf.yaml``: every address 127.0.0.1, fixed ports
+    for the JobManager, the sizes of ``spec``, scratch space inside ``folder``."""
+    conf = folder / "conf"
+    tmp = folder / "tmp"
+    conf.mkdir(parents=True, exist_ok=True)
+    tmp.mkdir(parents=True, exist_ok=True)
+    options = {
+        "jobmanager.rpc.address": LOCALHOST, "jobmanager.rpc.port": rpc_port, "jobmanager.bind-host": LOCALHOST,
+        "rest.address": LOCALHOST, "rest.bind-address": LOCALHOST, "rest.port": rest_port,
+        "taskmanager.host": LOCALHOST, "taskmanager.bind-host": LOCALHOST,
+        "taskmanager.numberOfTaskSlots": spec.slots,
+        "taskmanager.memory.process.size": spec.taskmanager_memory,
+        "jobmanager.memory.process.size": spec.jobmanager_memory,
+        # network buffers for shuffles: Beam's batch jobs run one task per operator chain
+        # and slot, each wanting its own buffers (Flink's default, a tenth of 1.5 GB, failed
+        # the engine job's extract: "Insufficient number of network buffers: required 512,
+        # but only 381 available")
+        "taskmanager.memory.network.min": spec.network_memory,
+        "taskmanager.memory.network.max": spec.network_memory,
+        # classes from the TaskManager's own classpath first, the job's jars after: Beam's
+        # Flink runner keeps a job's SDK workers between tasks only when its class is
+        # Flink's own loader's (FlinkExecutableStageContextFactory); from the job's
+        # loader (child-first, Flink's default), every task started and closed its own
+        # (173 SDK workers for the engine job, 7.5 minutes). Beam's classes alone
+        # parent-first split Beam from its dependencies (joda-time: ClassCastException)
+        "classloader.resolve-order": "parent-first",
+        # a task that fails (a TaskManager lost) runs again, with what it reads, on the
+        # slots left; Flink's default without checkpoints fails the job at once. Failures
+        # within one backoff count as one attempt (Flink 1.19's exponential delay): a lost
+        # TaskManager fails every task that ran on it or reads from it, which used up 10
+        # fixed-delay attempts within a second
+        "restart-strategy.type": "exponential-delay",
+        "restart-strategy.exponential-delay.initial-backoff": "1 s",
+        "restart-strategy.exponential-delay.max-backoff": "10 s",
+        "restart-strategy.exponential-delay.attempts-before-reset-backoff": spec.restart_attempts,
+        # a job's tasks spread over the TaskManagers, not packed into the first one's slots
+        "cluster.evenly-spread-out-slots": "true",
+        "io.tmp.dirs": str(tmp), "web.tmpdir": str(tmp), "blob.storage.directory": str(tmp),
+        # every job ships the job server's classpath (Beam detects it: ~150 MB) to the blob
+        # server and each TaskManager: their caches of finished jobs go after a minute, not an hour
+        "blob.service.cleanup.interval": 60,
+    }
+    path = conf / "flink-conf.yaml"
+    path.write_text("".join(f"{key}: {value}\n" for key, value in options.items()), encoding="utf-8")
+    return path
+
+
+def flink_jvm_params(java: str, classpath: list[str], conf: Path, role: str) -> tuple[list[str], list[str]]:
+    """(JVM flags, ``-D`` options) for a JobManager or TaskManager (``role``: ``JM`` or
+    ``TM``) from Flink's ``BashJavaUtils``, as Flink's start scripts get them."""
+    done = subprocess.run([java, "-cp", os.pathsep.join(classpath), "org.apache.flink.runtime.util.bash.BashJavaUtils",
+                           f"GET_{role}_RESOURCE_PARAMS", "--configDir", str(conf)],
+                          capture_output=True, text=True, timeout=120)
+    marker = "BASH_JAVA_UTILS_EXEC_RESULT:"
+    lines = [line[len(marker):] for line in done.stdout.splitlines() if line.startswith(marker)]
+    if done.returncode != 0 or len(lines) != 2:
+        tail = (done.stdout + done.stderr).strip().splitlines()[-5:]
+        raise ClusterError(f"Flink's memory settings for the {role} from {conf / 'flink-conf.yaml'}: "
+                           f"BashJavaUtils exited {done.returncode}: {' | '.join(tail)}")
+    return lines[0].split(), lines[1].split()
+
+
+def flink_overview(rest_port: int) -> dict[str, Any]:
+    """The JobManager's own view (REST /overview): TaskManagers, slots, jobs."""
+    with urllib.request.urlopen(f"http://{LOCALHOST}:{rest_port}/overview", timeout=5) as response:
+        return json.loads(response.read().decode("utf-8"))
+
+
+def flink_up(folder: Path, classpath: list[str], spec: FlinkClusterSpec = FlinkClusterSpec(),
+             java: str = "java", job_server: Optional[Path] = None) -> dict[str, Any]:
+    """Starts the Flink session cluster (module docstring) from the Flink part's
+    ``classpath`` and writes its state (with ``job_server``, the jar jobs on it use);
+    a ``ClusterError`` when one is already up in ``folder`` or a process does not start
+    (what started is stopped)."""
+    refuse_second("flink", folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    logs = folder / "logs"
+    rpc_port, rest_port = _free_port(), _free_port()
+    conf = flink_conf(folder, spec, rpc_port, rest_port).parent
+    env = dict(os.environ)
+    processes: dict[str, int] = {}
+    started: list[subprocess.Popen] = []
+    state = {"kind": "flink", "master_url": f"{LOCALHOST}:{rest_port}", "rest": f"http://{LOCALHOST}:{rest_port}",
+             "spec": asdict(spec), "processes": processes, "pool": "", "job_server": str(job_server or ""),
+             "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    try:
+        cp = [*LOG_TIMES, "-cp", os.pathsep.join(classpath)]
+        jvm, dyn = flink_jvm_params(java, classpath, conf, "JM")
+        manager = _spawn([java, *jvm, *cp, "org.apache.flink.runtime.entrypoint.StandaloneSessionClusterEntrypoint",
+                          "--configDir", str(conf), *dyn], logs / "jobmanager.log", env)
+        started.append(manager)
+        processes["jobmanager"] = manager.pid
+        watched = {logs / "jobmanager.log": manager}
+        _wait("the Flink JobManager", lambda: "flink-version" in flink_overview(rest_port), watched)
+        jvm, dyn = flink_jvm_params(java, classpath, conf, "TM")
+        for i in range(1, spec.taskmanagers + 1):
+            name = f"taskmanager-{i}"
+            tm = _spawn([java, *jvm, *cp, "org.apache.flink.runtime.taskexecutor.TaskManagerRunner",
+                         "--configDir", str(conf), *dyn, "-D", f"taskmanager.resource-id={name}"],
+                        logs / f"{name}.log", env)
+            started.append(tm)
+            processes[name] = tm.pid
+            watched[logs / f"{name}.log"] = tm
+        _wait(f"{spec.taskmanagers} Flink TaskManagers registering with the JobManager",
+              lambda: flink_overview(rest_port).get("taskmanagers", 0) >= spec.taskmanagers, watched)
+        state["pool"] = _start_pool(logs, started, processes)
+    except BaseException:
+        _stop_started(started)
         raise
     (folder / STATE).write_text(json.dumps(state, indent=2) + "\n", encoding="utf-8")
     return state
@@ -247,12 +417,13 @@ def group_members(pgid: int) -> list[int]:
 
 
 def down(folder: Path) -> list[str]:
-    """Stops every process of the cluster in ``folder`` (workers before the master) and
-    removes its state; the names of those that were running."""
+    """Stops every process of the cluster in ``folder`` (workers before the master or
+    JobManager) and removes its state; the names of those that were running."""
     state = read_state(folder)
     if state is None:
         return []
-    stopped = [name for name, pid in sorted(state["processes"].items(), key=lambda kv: kv[0] == "master")
+    head = HEADS.get(str(state.get("kind")), "master")
+    stopped = [name for name, pid in sorted(state["processes"].items(), key=lambda kv: kv[0] == head)
                if _stop(int(pid))]
     (folder / STATE).unlink()
     return stopped
@@ -265,7 +436,12 @@ def status(folder: Path) -> dict[str, Any]:
         return {"up": False, "folder": str(folder)}
     alive = {name: _alive(int(pid)) for name, pid in state["processes"].items()}
     out = {**state, "up": all(alive.values()), "alive": alive, "folder": str(folder)}
-    if alive.get("master"):
+    if state.get("kind") == "flink" and alive.get("jobmanager"):
+        with contextlib.suppress(OSError, ValueError):
+            view = flink_overview(int(state["master_url"].rsplit(":", 1)[1]))
+            out["jobmanager"] = {k: view.get(k) for k in ("taskmanagers", "slots-total", "slots-available",
+                                                          "jobs-running", "jobs-finished", "jobs-failed")}
+    elif alive.get("master"):
         with contextlib.suppress(OSError, ValueError):
             view = master_json(int(state["master_ui"].rsplit(":", 1)[1]))
             out["master"] = {k: view.get(k) for k in ("status", "aliveworkers", "cores", "coresused", "memory")}
@@ -279,9 +455,9 @@ def engine_state(kind: str) -> dict[str, Any]:
     folder = cluster_dir(kind)
     state = read_state(folder)
     alive = {name: _alive(int(pid)) for name, pid in (state or {}).get("processes", {}).items()}
-    workers = [alive[name] for name in alive if name.startswith("worker-")]
+    workers = [alive[name] for name in alive if name.startswith(WORKERS[kind])]
     # a cluster that lost workers still runs jobs on the others (as a real one does)
-    if state is None or not alive.get("master") or not alive.get("sdk-worker-pool", True) or not any(workers):
+    if state is None or not alive.get(HEADS[kind]) or not alive.get("sdk-worker-pool", True) or not any(workers):
         raise ClusterError(f"no {kind} cluster is up in {folder}: start one with "
                            f"`python -m pipelines.engines cluster {kind} up`")
     return state

@@ -12,12 +12,14 @@ spark      Beam's Spark runner on ``local[2]``
 prism      Prism, Beam's Go runner
 ========== ==========================================================================
 
-and one on a cluster of processes on this machine (``pipelines/clusters.py``), started
-with ``python -m pipelines.engines cluster spark up`` and stopped with ``... down``:
+and two on a cluster of processes on this machine (``pipelines/clusters.py``), started
+with ``python -m pipelines.engines cluster spark|flink up`` and stopped with ``... down``:
 
 ============= =======================================================================
 spark-cluster Beam's Spark runner on a Spark standalone cluster (a master, 2 workers,
               executor JVMs), SDK workers in the cluster's worker pool
+flink-cluster Beam's Flink runner on a Flink session cluster (a JobManager, 2
+              TaskManagers of 2 slots), SDK workers in the cluster's worker pool
 ============= =======================================================================
 
 The Flink and Spark job servers and the Prism binary are fetched into a cache
@@ -124,6 +126,20 @@ SPARK_MIN_PARTITIONS = 4
 SPARK_TUNING = ("--job_server_jvm_properties=-Dspark.serializer=org.apache.spark.serializer.KryoSerializer",
                 "--job_server_jvm_properties=--add-exports=java.base/sun.security.action=ALL-UNNAMED",
                 "--storage_level=MEMORY_AND_DISK")
+
+
+class FlinkJavaOptions(PipelineOptions):
+    """Options of Beam's Java SDK and Flink runner that ``flink-cluster`` passes to its
+    job server (as ``SparkJavaOptions``)."""
+
+    @classmethod
+    def _add_argparse_args(cls, parser: Any) -> None:
+        parser.add_argument("--pipeline_resources_detector_factory_class", default=None,
+                            help="Java job servers: a PipelineResourcesDetector.Factory class (which jars "
+                                 "a job ships to its cluster)")
+        parser.add_argument("--execution_mode_for_batch", default=None,
+                            help="Flink runner: PIPELINED (Flink's default for batch) or BATCH_FORCED "
+                                 "(every shuffle written out before it is read)")
 
 
 class SparkJavaOptions(PipelineOptions):
@@ -311,6 +327,8 @@ class Engine:
                     *SPARK_TUNING] + keep_environment + environment
         if self.name == "spark-cluster":
             return spark_cluster_args(path, worker_pool, input_bytes)
+        if self.name == "flink-cluster":
+            return flink_cluster_args(path, worker_pool)
         # Beam's portable runner puts job_server_timeout (300 s) on the job-state stream
         # when the preparation id is the job id, as on Prism: every stage longer than
         # 5 minutes failed with DEADLINE_EXCEEDED (1M documents). The other calls it
@@ -326,6 +344,8 @@ ENGINES = {e.name: e for e in (
     Engine("spark", "Beam's Spark runner, Spark local[2]", "spark"),
     Engine("spark-cluster", "Beam's Spark runner on the Spark standalone cluster of "
            "`python -m pipelines.engines cluster spark up`", "spark"),
+    Engine("flink-cluster", "Beam's Flink runner on the Flink session cluster of "
+           "`python -m pipelines.engines cluster flink up`", "flink"),
     Engine("prism", "Prism, Beam's Go runner", "prism"),
 )}
 
@@ -353,10 +373,7 @@ def spark_cluster_args(jar: str, worker_pool: str = "", input_bytes: int = 0) ->
     (``SPARK_REUSE_CONTEXT``), and SDK workers in ``worker_pool`` or, by default, the
     cluster's own pool, kept between task waves (the engine job 5.3 -> 1.5 minutes,
     the same outputs)."""
-    try:
-        state = clusters.engine_state("spark")
-    except clusters.ClusterError as exc:
-        raise EngineMissing(str(exc)) from exc
+    state = _cluster_state("spark")
     pool = worker_pool or state["pool"]
     return ["--runner=SparkRunner", f"--spark_master_url={state['master_url']}", f"--spark_job_server_jar={jar}",
             JOB_SERVER_HEAP, f"--job_server_jvm_properties=-Dspark.default.parallelism={spark_partitions(input_bytes)}",
@@ -368,6 +385,70 @@ def spark_cluster_args(jar: str, worker_pool: str = "", input_bytes: int = 0) ->
             "--environment_type=EXTERNAL", f"--environment_config={pool}", "--sdk_worker_parallelism=2",
             # the job's SDK workers kept between task waves (as LOOPBACK's on `spark`): without
             # it every wave of every pipeline asked the pool for new ones
+            ENVIRONMENT_CACHE]
+
+
+def _cluster_state(kind: str) -> dict[str, Any]:
+    try:
+        return clusters.engine_state(kind)
+    except clusters.ClusterError as exc:
+        raise EngineMissing(str(exc)) from exc
+
+
+SHIP_NOTHING = "tokenfactory.flink.ClusterClasspath"  # pipelines/java/ClusterClasspath.java
+
+# Every shuffle of a Flink batch job written out whole before its consumers read it (Beam's
+# Flink runner defaults to PIPELINED: producers and consumers run at once, streaming to
+# each other). With blocking shuffles a failed task reruns alone from its inputs on the
+# slots left: a TaskManager SIGKILLed in dedup_exact, the job restarted the lost tasks on
+# the other one and ended with the outputs of an uninterrupted run; PIPELINED needed all
+# four slots again and failed after 5 minutes of waiting (2026-12-07). The engine job took
+# the same time either way (97 s).
+FLINK_BLOCKING_SHUFFLES = "--execution_mode_for_batch=BATCH_FORCED"
+
+
+def flink_cluster_job_server(folder: Path, cache: Optional[Path] = None, javac: str = "javac") -> Path:
+    """The Flink cluster's job server: a launcher jar of the Flink part and of
+    ``ClusterClasspath`` (compiled here), with which a job ships no jars to the cluster.
+
+    Beam's job server uploads its whole classpath with every pipeline it submits to a
+    remote Flink (~150 MB; 13 of the 24 s of each near-dedup pipeline on the cluster, and
+    150 MB more in the blob store of the JobManager and of each TaskManager). The
+    cluster's TaskManagers have that classpath already and load from it first
+    (``clusters.flink_conf``), so ``SHIP_NOTHING`` tells the job server to send none."""
+    part = PARTS["flink"].require(cache)
+    build = folder / "job-server"
+    classes = build / "classes"
+    source = ROOT / "pipelines" / "java" / "ClusterClasspath.java"
+    done = subprocess.run([_need(javac, "flink"), "-d", str(classes), "-cp", str(part), str(source)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        raise EngineMissing(f"flink-cluster: javac could not build {source}: {_last_error(done)}")
+    import zipfile
+
+    ours = build / "cluster-classpath.jar"
+    with zipfile.ZipFile(ours, "w") as archive:
+        for path in sorted(classes.rglob("*.class")):
+            archive.write(path, path.relative_to(classes).as_posix())
+    launcher = build / "job-server.jar"
+    write_launcher_jar(launcher, JAVA_SERVERS["flink"].main_class, entries=[part.resolve().as_uri(), ours.name])
+    return launcher
+
+
+def flink_cluster_args(jar: str, worker_pool: str = "") -> list[str]:
+    """The Beam options of a job on the Flink session cluster that is up: the job server
+    submits to the JobManager's REST address, the job's parallelism is the cluster's task
+    slots (every TaskManager gets a share of each stage), and SDK workers are in
+    ``worker_pool`` or, by default, the cluster's own pool, kept between tasks."""
+    state = _cluster_state("flink")
+    spec = state["spec"]
+    # the cluster's job server (flink_cluster_job_server): ships no jars with each job
+    jar = state.get("job_server") or jar
+    return ["--runner=FlinkRunner", f"--flink_master={state['master_url']}", f"--flink_version={FLINK_VERSION}",
+            f"--flink_job_server_jar={jar}", f"--pipeline_resources_detector_factory_class={SHIP_NOTHING}",
+            f"--parallelism={spec['taskmanagers'] * spec['slots']}", FLINK_BLOCKING_SHUFFLES,
+            JOB_SERVER_HEAP, "--environment_type=EXTERNAL",
+            f"--environment_config={worker_pool or state['pool']}", "--sdk_worker_parallelism=2",
             ENVIRONMENT_CACHE]
 
 
@@ -448,14 +529,16 @@ def _manifest_line(line: str) -> bytes:
     return b"\r\n".join(out) + b"\r\n"
 
 
-def write_launcher_jar(jar: Path, main_class: str, libdir: str = "lib") -> None:
+def write_launcher_jar(jar: Path, main_class: str, libdir: str = "lib", entries: Optional[list[str]] = None) -> None:
     """A jar holding only a manifest: ``Main-Class`` and a ``Class-Path`` of every jar in
-    ``<jar's folder>/<libdir>`` (paths relative to the jar), so ``java -jar`` runs it."""
+    ``<jar's folder>/<libdir>`` (paths relative to the jar), or of ``entries`` (URLs,
+    relative to the jar or absolute), so ``java -jar`` runs it."""
     import zipfile
 
-    jars = sorted(p.name for p in (jar.parent / libdir).glob("*.jar"))
+    if entries is None:
+        entries = [f"{libdir}/{p.name}" for p in sorted((jar.parent / libdir).glob("*.jar"))]
     manifest = (_manifest_line("Manifest-Version: 1.0") + _manifest_line(f"Main-Class: {main_class}")
-                + _manifest_line("Class-Path: " + " ".join(f"{libdir}/{j}" for j in jars)) + b"\r\n")
+                + _manifest_line("Class-Path: " + " ".join(entries)) + b"\r\n")
     with zipfile.ZipFile(jar, "w") as archive:
         archive.writestr("META-INF/MANIFEST.MF", manifest)
 
@@ -596,13 +679,23 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     show.add_argument("engine", type=choice_of("engine", ENGINES), metavar="{" + ",".join(ENGINES) + "}")
     show.add_argument("--worker-pool", default="", help="host:port of an SDK worker pool (EXTERNAL)")
     sub.add_parser("status", help="which parts are in the cache and where they came from")
-    cluster = sub.add_parser("cluster", help="a Spark standalone cluster on this machine (pipelines/clusters.py)")
+    cluster = sub.add_parser("cluster", help="a Spark standalone or Flink session cluster on this machine "
+                                             "(pipelines/clusters.py)")
     cluster.add_argument("kind", choices=clusters.CLUSTER_KINDS)
     cluster.add_argument("action", choices=("up", "down", "status"))
     spec = clusters.SparkClusterSpec()
-    cluster.add_argument("--workers", type=int, default=spec.workers, help=f"worker JVMs (default {spec.workers})")
-    cluster.add_argument("--cores", type=int, default=spec.cores, help=f"task slots per worker (default {spec.cores})")
-    cluster.add_argument("--memory", default=spec.memory, help=f"per worker, for its executors (default {spec.memory})")
+    cluster.add_argument("--workers", type=int, default=spec.workers, help=f"spark: worker JVMs (default {spec.workers})")
+    cluster.add_argument("--cores", type=int, default=spec.cores,
+                         help=f"spark: task slots per worker (default {spec.cores})")
+    cluster.add_argument("--memory", default=spec.memory,
+                         help=f"spark: per worker, for its executors (default {spec.memory})")
+    fspec = clusters.FlinkClusterSpec()
+    cluster.add_argument("--taskmanagers", type=int, default=fspec.taskmanagers,
+                         help=f"flink: TaskManager JVMs (default {fspec.taskmanagers})")
+    cluster.add_argument("--slots", type=int, default=fspec.slots,
+                         help=f"flink: task slots per TaskManager (default {fspec.slots})")
+    cluster.add_argument("--taskmanager-memory", default=fspec.taskmanager_memory,
+                         help=f"flink: each TaskManager's process size (default {fspec.taskmanager_memory})")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
@@ -635,7 +728,15 @@ def _cluster(args: Any) -> int:
     import json
 
     folder = clusters.cluster_dir(args.kind)
-    if args.action == "up":
+    if args.action == "up" and args.kind == "flink":
+        spec = clusters.FlinkClusterSpec(args.taskmanagers, args.slots, args.taskmanager_memory)
+        clusters.refuse_second("flink", folder)  # before building into its folder
+        job_server = flink_cluster_job_server(folder)
+        state = clusters.flink_up(folder, [str(PARTS["flink"].require())], spec, job_server=job_server)
+        sys.stdout.write(f"flink cluster up: JobManager {state['rest']}, {spec.taskmanagers} TaskManagers of "
+                         f"{spec.slots} slots, SDK worker pool {state['pool']}; logs in {folder / 'logs'}\n"
+                         f"run a job on it: python -m pipelines.run --config CONFIG --engine flink-cluster\n")
+    elif args.action == "up":
         part, classpath = spark_classpath()
         state = clusters.spark_up(folder, part, classpath,
                                   clusters.SparkClusterSpec(args.workers, args.cores, args.memory))

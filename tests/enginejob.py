@@ -11,18 +11,23 @@ Stages: extract → clean → dedup_exact → dedup_minhash → label → tokeni
 from __future__ import annotations
 
 import collections
+import contextlib
 import glob
 import json
 import os
 import random
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pyarrow.parquet as pq
 
 from tests.conftest import shared
 from tests.labelmodels import LANGS, write_label_data
+
+ROOT = Path(__file__).resolve().parent.parent
 
 DOC_STAGES = ("extract", "clean", "dedup_exact", "dedup_minhash", "label")
 
@@ -226,3 +231,43 @@ def crawl_view(out: str, site: str) -> dict:
     docs = sorted((d["url"].replace(site, ""), d["text"]) for d in rows("docs/extract"))
     counts = {s: json.loads(Path(out, "manifests", f"{s}.json").read_text())["counts"] for s in ("crawl", "extract")}
     return {"log": log, "frontier": frontier, "docs": docs, "counts": counts}
+
+
+def cluster_cli(kind: str, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """``python -m pipelines.engines cluster KIND ARGS`` with ``env`` (its
+    ``TOKENFACTORY_CLUSTERS`` says where the cluster lives)."""
+    return subprocess.run([sys.executable, "-m", "pipelines.engines", "cluster", kind, *args], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=300)
+
+
+def left_running(pids: list[int]) -> list[int]:
+    """Those of ``pids`` or of their process groups (executors) still running."""
+    from pipelines import clusters
+
+    return sorted({p for pid in pids for p in [pid, *clusters.group_members(pid)] if clusters._alive(p)})
+
+
+@contextlib.contextmanager
+def cluster_up(kind: str, folder: Path) -> Iterator[dict]:
+    """A cluster of ``kind`` in ``folder`` (``TOKENFACTORY_CLUSTERS`` of this process too,
+    which the engines' options read) while the block runs: its status, with ``env`` for
+    the commands run on it; down at the end, and nothing of it left running."""
+    from pipelines import clusters
+
+    env = {**os.environ, "TOKENFACTORY_CLUSTERS": str(folder)}
+    before = os.environ.get("TOKENFACTORY_CLUSTERS")
+    os.environ["TOKENFACTORY_CLUSTERS"] = str(folder)
+    try:
+        up = cluster_cli(kind, "up", env=env)
+        assert up.returncode == 0, up.stderr[-3000:]
+        yield {**json.loads(cluster_cli(kind, "status", env=env).stdout), "env": env}
+    finally:
+        state = clusters.read_state(folder / kind) or {"processes": {}}
+        pids = [int(p) for p in state["processes"].values()]
+        down = cluster_cli(kind, "down", env=env)
+        if before is None:
+            os.environ.pop("TOKENFACTORY_CLUSTERS", None)
+        else:
+            os.environ["TOKENFACTORY_CLUSTERS"] = before
+        assert down.returncode == 0, down.stderr
+        assert left_running(pids) == [], f"cluster processes outlived `cluster {kind} down`"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,7 +22,8 @@ from typing import Iterator
 import pytest
 
 from pipelines import clusters, engines
-from tests.enginejob import crawl, crawl_view, differences, run
+from tests.enginejob import cluster_cli as _cli
+from tests.enginejob import cluster_up, crawl, crawl_view, differences, left_running, run
 
 pytestmark = [pytest.mark.engines, pytest.mark.slow]
 
@@ -29,37 +31,14 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def cluster_cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pipelines.engines", "cluster", "spark", *args], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=300)
-
-
-def _left(pids: list[int]) -> list[int]:
-    """Those of ``pids`` or of their process groups (executors) still running."""
-    return sorted({p for pid in pids for p in [pid, *clusters.group_members(pid)] if clusters._alive(p)})
+    return _cli("spark", *args, env=env)
 
 
 @pytest.fixture(scope="module")
 def spark_cluster(tmp_path_factory) -> Iterator[dict]:
     """A cluster in a folder of its own, for the module; down at its end, nothing left."""
-    folder = tmp_path_factory.mktemp("clusters")
-    env = {**os.environ, "TOKENFACTORY_CLUSTERS": str(folder)}
-    before = os.environ.get("TOKENFACTORY_CLUSTERS")
-    os.environ["TOKENFACTORY_CLUSTERS"] = str(folder)  # the engine's args read it in this process
-    up = cluster_cli("up", env=env)
-    try:
-        assert up.returncode == 0, up.stderr[-3000:]
-        state = json.loads(cluster_cli("status", env=env).stdout)
-        yield {**state, "env": env}
-    finally:
-        state = clusters.read_state(folder / "spark") or {"processes": {}}
-        pids = [int(p) for p in state["processes"].values()]
-        down = cluster_cli("down", env=env)
-        if before is None:
-            os.environ.pop("TOKENFACTORY_CLUSTERS", None)
-        else:
-            os.environ["TOKENFACTORY_CLUSTERS"] = before
-        assert down.returncode == 0, down.stderr
-        assert _left(pids) == [], "cluster processes outlived `cluster spark down`"
+    with cluster_up("spark", tmp_path_factory.mktemp("clusters")) as state:
+        yield state
 
 
 def test_the_cluster_is_separate_processes_on_localhost(spark_cluster):
@@ -109,36 +88,43 @@ def test_without_a_cluster_the_engine_says_how_to_start_one(tmp_path, monkeypatc
 
 
 def test_a_worker_that_does_not_start_stops_what_did(tmp_path):
-    """A bad size reaches the worker JVM: it exits, `up` fails naming its log, and the
-    master it started first is stopped."""
+    """A worker JVM that exits at start (a `java` that runs every class but the worker):
+    `up` fails naming its log, and the master it started first is stopped. A size of
+    nothing is refused before anything starts."""
     part, classpath = engines.spark_classpath()
     folder = tmp_path / "spark"
+    java = tmp_path / "java"
+    java.write_text('#!/bin/sh\ncase "$*" in *deploy.worker.Worker*) echo "no worker here" >&2; exit 3;; esac\n'
+                    f'exec {shutil.which("java")} "$@"\n')
+    java.chmod(0o755)
     started = time.monotonic()
     with pytest.raises(clusters.ClusterError, match=r"Spark workers registering with the master: a process "
-                                                     r"exited with \d+; its log: .*worker-1.log"):
-        clusters.spark_up(folder, part, classpath, clusters.SparkClusterSpec(workers=1, memory="0m"))
+                                                     r"exited with 3; its log: .*worker-1.log"):
+        clusters.spark_up(folder, part, classpath, clusters.SparkClusterSpec(workers=1), java=str(java))
     assert time.monotonic() - started < 80  # not the 90 s timeout: the exit is seen
     assert clusters.read_state(folder) is None
+    assert "no worker here" in (folder / "logs" / "worker-1.log").read_text()
+    assert _running_in(folder) == []  # the master is gone
+    with pytest.raises(ValueError, match="memory must be a size like 512m or 1g, got '0m'"):
+        clusters.SparkClusterSpec(memory="0m")
     assert clusters.SCALA_VERSION == engines.SCALA_VERSION
+
+
+def _running_in(folder: Path) -> list[int]:
+    """Processes whose working directory is in ``folder`` (a cluster's daemons run in its logs/)."""
+    found = []
+    for cwd in Path("/proc").glob("[0-9]*/cwd"):
+        try:
+            if Path(os.readlink(cwd)).is_relative_to(folder):
+                found.append(int(cwd.parent.name))
+        except OSError:
+            continue
+    return found
 
 
 # --- worker loss (issue 40, item 3) ------------------------------------------------------
 
 LOSS_STAGES = ("extract", "dedup_exact", "dedup_minhash")
-
-
-@pytest.fixture(scope="module")
-def dedup_reference(tmp_path_factory) -> tuple[str, str]:
-    """(config, output) of the near-dedup job on FnApiRunner: what a run that lost a worker
-    must still write."""
-    from tests.interruptjob import STAGES, write_dedup_job
-
-    root = tmp_path_factory.mktemp("lossjob")
-    config = write_dedup_job(root)
-    out = str(root / "out-direct")
-    code, table = run(["--config", config, "--output", out, "--stages", STAGES])
-    assert code == 0, table
-    return config, out
 
 
 def _executors(worker_pid: int) -> list[int]:
@@ -208,4 +194,4 @@ def test_a_lost_spark_worker_or_executor_during_near_dedup_loses_nothing(tmp_pat
     finally:
         pids = list(state["processes"].values())
         assert cluster_cli("down", env=env).returncode == 0
-        assert _left(pids) == []
+        assert left_running(pids) == []

@@ -119,7 +119,7 @@ def test_engine_options(tmp_path, monkeypatch):
     assert "--direct_running_mode=multi_processing" in engine_args("direct-mp")
     with pytest.raises(ValueError, match="unknown engine 'storm'"):
         engine_args("storm")
-    assert set(ENGINES) == {"direct", "direct-mp", "flink", "spark", "prism", "spark-cluster"}
+    assert set(ENGINES) == {"direct", "direct-mp", "flink", "spark", "prism", "spark-cluster", "flink-cluster"}
 
 
 def test_spark_cluster_options_come_from_the_cluster_that_is_up(tmp_path, monkeypatch):
@@ -153,6 +153,66 @@ def test_spark_cluster_options_come_from_the_cluster_that_is_up(tmp_path, monkey
         (folder / "state.json").write_text(json.dumps({**state, "processes": {**state["processes"], **lost}}))
         with pytest.raises(EngineMissing, match="no spark cluster is up in .*cluster spark up"):
             engine_args("spark-cluster")
+
+
+def test_flink_cluster_options_come_from_the_cluster_that_is_up(tmp_path, monkeypatch):
+    import json
+    import os
+
+    monkeypatch.setenv("TOKENFACTORY_ENGINES", str(tmp_path / "engines"))
+    monkeypatch.setenv("TOKENFACTORY_CLUSTERS", str(tmp_path / "clusters"))
+    (tmp_path / "engines").mkdir()
+    fake_parts(tmp_path / "engines")
+    folder = tmp_path / "clusters" / "flink"
+    folder.mkdir(parents=True)
+    state = {"kind": "flink", "master_url": "127.0.0.1:8081", "rest": "http://127.0.0.1:8081",
+             "spec": {"taskmanagers": 3, "slots": 2}, "job_server": "/c/job-server/job-server.jar",
+             "processes": {"jobmanager": os.getpid(), "taskmanager-1": 2**22 + 7, "taskmanager-2": os.getpid(),
+                           "sdk-worker-pool": os.getpid()}, "pool": "localhost:50124"}
+    (folder / "state.json").write_text(json.dumps(state))
+    args = engine_args("flink-cluster")
+    for arg in ("--runner=FlinkRunner", "--flink_master=127.0.0.1:8081", "--parallelism=6",
+                "--flink_job_server_jar=/c/job-server/job-server.jar",
+                "--pipeline_resources_detector_factory_class=tokenfactory.flink.ClusterClasspath",
+                "--execution_mode_for_batch=BATCH_FORCED", "--environment_type=EXTERNAL",
+                "--environment_config=localhost:50124", "--environment_cache_millis=10000"):
+        assert arg in args, arg
+    # the JobManager, the pool or every TaskManager gone: not up, and how to start one
+    gone = 2**22 + 7
+    for lost in ({"jobmanager": gone}, {"sdk-worker-pool": gone}, {"taskmanager-2": gone}):
+        (folder / "state.json").write_text(json.dumps({**state, "processes": {**state["processes"], **lost}}))
+        with pytest.raises(EngineMissing, match="no flink cluster is up in .*cluster flink up"):
+            engine_args("flink-cluster")
+
+
+def test_flink_cluster_config_and_sizes(tmp_path):
+    from pipelines import clusters
+
+    conf = clusters.flink_conf(tmp_path, clusters.FlinkClusterSpec(slots=3, restart_attempts=4), 6123, 8081)
+    lines = dict(line.split(": ", 1) for line in conf.read_text().splitlines())
+    assert lines["jobmanager.rpc.port"] == "6123" and lines["rest.port"] == "8081"
+    assert lines["rest.bind-address"] == lines["taskmanager.host"] == "127.0.0.1"
+    assert lines["taskmanager.numberOfTaskSlots"] == "3"
+    assert lines["classloader.resolve-order"] == "parent-first"  # SDK workers kept between tasks
+    assert lines["restart-strategy.type"] == "exponential-delay"
+    assert lines["restart-strategy.exponential-delay.attempts-before-reset-backoff"] == "4"
+    assert lines["taskmanager.memory.network.min"] == lines["taskmanager.memory.network.max"] == "320m"
+    assert lines["io.tmp.dirs"] == str(tmp_path / "tmp")
+    for bad in ({"taskmanagers": 0}, {"slots": 0}, {"taskmanager_memory": "1.5g"}, {"network_memory": "0m"},
+                {"restart_attempts": -1}):
+        with pytest.raises(ValueError):
+            clusters.FlinkClusterSpec(**bad)
+
+
+def test_launcher_jar_with_entries(tmp_path):
+    import zipfile
+
+    from pipelines.engines import write_launcher_jar
+
+    jar = tmp_path / "launch.jar"
+    write_launcher_jar(jar, "a.Main", entries=["file:///x/job-server.jar", "ours.jar"])
+    manifest = zipfile.ZipFile(jar).read("META-INF/MANIFEST.MF").decode().replace("\r\n ", "")
+    assert "Class-Path: file:///x/job-server.jar ours.jar\r\n" in manifest
 
 
 def test_launcher_jar_manifest_lists_every_jar(tmp_path):
