@@ -4,6 +4,7 @@ and every process of the run's tree recorded while it ran, to check none outlive
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -81,6 +82,18 @@ def interrupt_run(argv: list[str], started: Path, timeout_s: float = 600) -> Int
         time.sleep(0.02)
     seen |= _tree(proc.pid)
     os.killpg(proc.pid, signal.SIGINT)
-    out, err = proc.communicate(timeout=300)
+    try:
+        out, err = proc.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        # not ended 5 minutes after the Ctrl-C: the test fails, and its run's whole tree
+        # goes with it (a run left behind held CPU for the tests after it)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        for pid, start in seen:
+            if start and _start_time(pid) == start:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        raise AssertionError(f"the run did not end within 300 s of the interrupt; killed\n{err[-3000:]}")
     left = [pid for pid, start in seen if start and _start_time(pid) == start]
     return Interrupted(proc.returncode, err, out, left)
