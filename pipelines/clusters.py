@@ -99,9 +99,10 @@ class FlinkClusterSpec:
 
     taskmanagers: int = 2
     slots: int = 2  # task slots of each TaskManager
-    taskmanager_memory: str = "1536m"
+    taskmanager_memory: str = "2g"
     jobmanager_memory: str = "768m"
-    network_memory: str = "320m"  # of each TaskManager's, for shuffle buffers (flink_conf)
+    network_memory: str = "256m"  # of each TaskManager's, for shuffle buffers (flink_conf)
+    managed_fraction: float = 0.25  # of the rest, for sorts (GroupReduce); the task heap gets what is left
     restart_attempts: int = 10  # restarts of failed tasks per job (a lost TaskManager: one per task it ran)
 
     def __post_init__(self) -> None:
@@ -112,6 +113,8 @@ class FlinkClusterSpec:
         _size("taskmanager_memory", self.taskmanager_memory)
         _size("jobmanager_memory", self.jobmanager_memory)
         _size("network_memory", self.network_memory)
+        if not 0 < self.managed_fraction < 1:
+            raise ValueError(f"managed_fraction must be between 0 and 1, got {self.managed_fraction}")
 
 
 def cluster_dir(kind: str) -> Path:
@@ -285,9 +288,18 @@ def flink_conf(folder: Path, spec: FlinkClusterSpec, rpc_port: int, rest_port: i
         # network buffers for shuffles: Beam's batch jobs run one task per operator chain
         # and slot, each wanting its own buffers (Flink's default, a tenth of 1.5 GB, failed
         # the engine job's extract: "Insufficient number of network buffers: required 512,
-        # but only 381 available")
+        # but only 381 available"; 256m per TaskManager ran it)
         "taskmanager.memory.network.min": spec.network_memory,
         "taskmanager.memory.network.max": spec.network_memory,
+        # the task heap holds what Beam's runner receives from the SDK workers (gRPC
+        # buffers): with Flink's split of 1.5 GB (managed 40%, network 320m) each slot had
+        # 38 MB of heap, and near-dedup of 200k documents threw OutOfMemoryError in a gRPC
+        # thread; the task then waited for ever (below). 2 GB with a quarter managed: ~680 MB
+        "taskmanager.memory.managed.fraction": spec.managed_fraction,
+        # an error no task catches (OutOfMemoryError in a gRPC thread) ends the TaskManager,
+        # whose loss the JobManager then handles (restart, or a failed job naming it);
+        # Flink's default only logs it, and the task waiting for that thread hung the job
+        "cluster.uncaught-exception-handling": "FAIL",
         # classes from the TaskManager's own classpath first, the job's jars after: Beam's
         # Flink runner keeps a job's SDK workers between tasks only when its class is
         # Flink's own loader's (FlinkExecutableStageContextFactory); from the job's

@@ -54,7 +54,8 @@ def test_the_flink_cluster_is_separate_processes_on_localhost(flink_cluster):
     assert any(a.startswith(b"-Xmx") for a in cmdline) and b"taskmanager.resource-id=taskmanager-1" in cmdline
     conf = (Path(state["folder"]) / "conf" / "flink-conf.yaml").read_text()
     for line in ("classloader.resolve-order: parent-first", "restart-strategy.type: exponential-delay",
-                 "taskmanager.numberOfTaskSlots: 2", "taskmanager.memory.network.min: 320m"):
+                 "taskmanager.numberOfTaskSlots: 2", "taskmanager.memory.network.min: 256m",
+                 "cluster.uncaught-exception-handling: FAIL", "taskmanager.memory.managed.fraction: 0.25"):
         assert line in conf, line
     again = cluster_cli("flink", "up", env=state["env"])  # one cluster per folder
     assert again.returncode == 2 and "already up" in again.stderr

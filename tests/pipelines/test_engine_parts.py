@@ -196,10 +196,12 @@ def test_flink_cluster_config_and_sizes(tmp_path):
     assert lines["classloader.resolve-order"] == "parent-first"  # SDK workers kept between tasks
     assert lines["restart-strategy.type"] == "exponential-delay"
     assert lines["restart-strategy.exponential-delay.attempts-before-reset-backoff"] == "4"
-    assert lines["taskmanager.memory.network.min"] == lines["taskmanager.memory.network.max"] == "320m"
+    assert lines["taskmanager.memory.network.min"] == lines["taskmanager.memory.network.max"] == "256m"
+    assert lines["cluster.uncaught-exception-handling"] == "FAIL"  # an OutOfMemoryError hung the job
+    assert lines["taskmanager.memory.managed.fraction"] == "0.25"
     assert lines["io.tmp.dirs"] == str(tmp_path / "tmp")
     for bad in ({"taskmanagers": 0}, {"slots": 0}, {"taskmanager_memory": "1.5g"}, {"network_memory": "0m"},
-                {"restart_attempts": -1}):
+                {"restart_attempts": -1}, {"managed_fraction": 1.0}):
         with pytest.raises(ValueError):
             clusters.FlinkClusterSpec(**bad)
 
