@@ -61,6 +61,19 @@ HEADS = {"spark": "master", "flink": "jobmanager"}
 WORKERS = {"spark": "worker-", "flink": "taskmanager-"}
 LOCALHOST = "127.0.0.1"
 STATE = "state.json"
+# What Flink's start scripts give every JVM on Java 17 (Flink 1.19's default
+# env.java.opts.all): without --add-opens java.lang, a failing task's error could not be
+# enriched (Field.setAccessible in ExceptionUtils.updateDetailMessage) and the cleanup
+# that followed ended the TaskManager ("FATAL - exception in resource cleanup of task")
+FLINK_JAVA_OPTS = tuple(
+    [f"--add-exports={m}=ALL-UNNAMED" for m in (
+        "java.base/sun.net.util", "java.rmi/sun.rmi.registry", "jdk.compiler/com.sun.tools.javac.api",
+        "jdk.compiler/com.sun.tools.javac.file", "jdk.compiler/com.sun.tools.javac.parser",
+        "jdk.compiler/com.sun.tools.javac.tree", "jdk.compiler/com.sun.tools.javac.util",
+        "java.security.jgss/sun.security.krb5")]
+    + [f"--add-opens=java.base/{p}=ALL-UNNAMED" for p in (
+        "java.lang", "java.net", "java.io", "java.nio", "sun.nio.ch", "java.lang.reflect", "java.text", "java.time",
+        "java.util", "java.util.concurrent", "java.util.concurrent.atomic", "java.util.concurrent.locks")])
 # the daemons' log lines with their time (slf4j-simple prints none by default)
 LOG_TIMES = ("-Dorg.slf4j.simpleLogger.showDateTime=true",
              "-Dorg.slf4j.simpleLogger.dateTimeFormat=yyyy-MM-dd'T'HH:mm:ss.SSS")
@@ -103,6 +116,7 @@ class FlinkClusterSpec:
     jobmanager_memory: str = "768m"
     network_memory: str = "256m"  # of each TaskManager's, for shuffle buffers (flink_conf)
     managed_fraction: float = 0.25  # of the rest, for sorts (GroupReduce); the task heap gets what is left
+    off_heap_memory: str = "384m"  # direct memory for tasks: Beam's gRPC data plane to the SDK workers
     restart_attempts: int = 10  # restarts of failed tasks per job (a lost TaskManager: one per task it ran)
 
     def __post_init__(self) -> None:
@@ -113,6 +127,7 @@ class FlinkClusterSpec:
         _size("taskmanager_memory", self.taskmanager_memory)
         _size("jobmanager_memory", self.jobmanager_memory)
         _size("network_memory", self.network_memory)
+        _size("off_heap_memory", self.off_heap_memory)
         if not 0 < self.managed_fraction < 1:
             raise ValueError(f"managed_fraction must be between 0 and 1, got {self.managed_fraction}")
 
@@ -296,6 +311,11 @@ def flink_conf(folder: Path, spec: FlinkClusterSpec, rpc_port: int, rest_port: i
         # 38 MB of heap, and near-dedup of 200k documents threw OutOfMemoryError in a gRPC
         # thread; the task then waited for ever (below). 2 GB with a quarter managed: ~680 MB
         "taskmanager.memory.managed.fraction": spec.managed_fraction,
+        # Beam's gRPC channels to the SDK workers (netty) buffer in direct memory, which
+        # Flink caps at its framework and task off-heap sizes plus the network's; with no
+        # task off-heap, near-dedup of 200k documents failed "OutOfMemoryError: Direct
+        # buffer memory" (once the JVM flags above let the error through)
+        "taskmanager.memory.task.off-heap.size": spec.off_heap_memory,
         # an error no task catches (OutOfMemoryError in a gRPC thread) ends the TaskManager,
         # whose loss the JobManager then handles (restart, or a failed job naming it);
         # Flink's default only logs it, and the task waiting for that thread hung the job
@@ -367,7 +387,7 @@ def flink_up(folder: Path, classpath: list[str], spec: FlinkClusterSpec = FlinkC
              "spec": asdict(spec), "processes": processes, "pool": "", "job_server": str(job_server or ""),
              "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
     try:
-        cp = [*LOG_TIMES, "-cp", os.pathsep.join(classpath)]
+        cp = [*FLINK_JAVA_OPTS, *LOG_TIMES, "-cp", os.pathsep.join(classpath)]
         jvm, dyn = flink_jvm_params(java, classpath, conf, "JM")
         manager = _spawn([java, *jvm, *cp, "org.apache.flink.runtime.entrypoint.StandaloneSessionClusterEntrypoint",
                           "--configDir", str(conf), *dyn], logs / "jobmanager.log", env)

@@ -52,10 +52,13 @@ def test_the_flink_cluster_is_separate_processes_on_localhost(flink_cluster):
     # each TaskManager JVM sized by Flink's own rules from the cluster's flink-conf.yaml
     cmdline = Path(f"/proc/{state['processes']['taskmanager-1']}/cmdline").read_bytes().split(b"\0")
     assert any(a.startswith(b"-Xmx") for a in cmdline) and b"taskmanager.resource-id=taskmanager-1" in cmdline
+    # and the JVM options Flink's scripts add on Java 17 (without them a task's error was lost)
+    assert b"--add-opens=java.base/java.lang=ALL-UNNAMED" in cmdline
     conf = (Path(state["folder"]) / "conf" / "flink-conf.yaml").read_text()
     for line in ("classloader.resolve-order: parent-first", "restart-strategy.type: exponential-delay",
                  "taskmanager.numberOfTaskSlots: 2", "taskmanager.memory.network.min: 256m",
-                 "cluster.uncaught-exception-handling: FAIL", "taskmanager.memory.managed.fraction: 0.25"):
+                 "cluster.uncaught-exception-handling: FAIL", "taskmanager.memory.managed.fraction: 0.25",
+                 "taskmanager.memory.task.off-heap.size: 384m"):
         assert line in conf, line
     again = cluster_cli("flink", "up", env=state["env"])  # one cluster per folder
     assert again.returncode == 2 and "already up" in again.stderr
